@@ -1,0 +1,49 @@
+# Quick start on a fresh machine: `make demo` and `make test` (both run `make setup` first).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+DEMO_OUT ?= out/demo
+
+.PHONY: setup demo test test-fast lint fmt calibrate bench clean help
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+setup: $(STAMP)  ## create .venv and install everything (idempotent)
+
+# torch goes first, from the local CPU wheel, so that nothing later pulls a CUDA build.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: setup  ## the main job on the embedded simulated node
+	$(PY) evaluate.py demo --out $(DEMO_OUT)
+
+test: setup  ## the full test suite (what CI runs)
+	$(PY) -m pytest -q
+
+test-fast: setup  ## tests without the slow ones
+	$(PY) -m pytest -q -m 'not slow'
+
+lint: setup  ## ruff
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+calibrate: setup  ## the simulator's calibration report
+	$(PY) evaluate.py calibrate --out out/calibration
+
+bench: setup  ## simulator and controller speed
+	$(PY) evaluate.py bench --out out/bench
+
+clean:
+	rm -rf out runs .pytest_cache .ruff_cache

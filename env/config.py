@@ -1,0 +1,146 @@
+"""Typed, strict configuration: YAML is data, dataclasses declare and document it (DESIGN §6.6).
+
+`build(cls, data, where)` turns a mapping into the (frozen) dataclass `cls`, checking every key and
+type against the dataclass's annotations. Unknown keys, missing required keys and wrong types raise
+`ConfigError` naming the field path and what is allowed. The CLIs turn `ConfigError` into exit
+status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+import yaml
+
+T = TypeVar("T")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = REPO_ROOT / "configs"
+
+
+class ConfigError(ValueError):
+    """Bad configuration: the message names the field and what is allowed."""
+
+
+def load_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        with path.open() as f:
+            return yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+
+
+def resolve_config(kind: str, name_or_path: str | Path, suffix: str = ".yaml") -> Path:
+    """A config by name (looked up in configs/<kind>/) or by path."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise ConfigError(f"{p}: no such file")
+        return p
+    candidate = CONFIGS / kind / f"{name_or_path}{suffix}"
+    if candidate.is_file():
+        return candidate
+    known = sorted(x.stem for x in (CONFIGS / kind).glob(f"*{suffix}"))
+    hint = difflib.get_close_matches(str(name_or_path), known, n=1)
+    extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+    raise ConfigError(f"unknown {kind} {str(name_or_path)!r}{extra}; known: {known}")
+
+
+def build(cls: type[T], data: Any, where: str) -> T:
+    """Build dataclass `cls` from `data`, strictly. `where` prefixes error messages."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with keys {_field_names(cls)}, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    flds = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
+    unknown = [k for k in data if k not in flds]
+    if unknown:
+        k = unknown[0]
+        hint = difflib.get_close_matches(str(k), list(flds), n=1)
+        extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise ConfigError(f"{where}.{k}: unknown key{extra}; allowed: {sorted(flds)}")
+    kwargs = {}
+    for name, f in flds.items():
+        if name in data:
+            kwargs[name] = _convert(hints[name], data[name], f"{where}.{name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{where}.{name}: required key is missing")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _convert(a, value, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[-1] if errors else f"{where}: invalid value {value!r}")
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{where}: {value!r} is not allowed; choose one of {list(allowed)}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, where)
+    if origin in (tuple, list):
+        args = get_args(tp)
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                raise ConfigError(f"{where}: expected {len(args)} items, got {len(value)}")
+            return tuple(_convert(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+        item = args[0] if args else Any
+        out = [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(out) if origin is tuple else out
+    if origin in (dict, Mapping) or tp is dict:
+        args = get_args(tp) or (str, Any)
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return {_convert(args[0], k, where): _convert(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value

@@ -1,0 +1,387 @@
+"""From profiles, scenarios and allocations to the kernel's arrays, and back (env.sim.model).
+
+* `Layout`: the components of one scenario (LC apps, BE-job thread classes, antagonists) and how
+  each maps to an entity of the `Allocation`.
+* `reference_knee(profile)`: the derived quantity that puts the app's knee at its max load
+  (PARTIES Sec. 3.2): alone on its reference allocation at max load, the app meets its target in
+  `KNEE_MEET_PROB` of the 500 ms intervals. For `knee: cpu` apps that is S_ref, the service time
+  per request; for `knee: disk` apps the page touches per request (S_ref is `service_us`).
+* `SimBatch`: B independent nodes stepped together (the batched mode); `SimNode` wraps one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+from scipy.special import betainc
+
+from env.sim import model as M
+from env.sim.platform import Platform, load_platform
+from env.sim.profiles import BatchProfile, LcProfile, ThreadClass, load_profile
+from env.sim.scenario import Scenario
+from env.types import Allocation, AppAlloc
+
+KNEE_MEET_PROB = 0.97  # max load = the load the app alone sustains in 97% of intervals
+P99 = 0.99
+_PLACE = {"allocated": 0.0, "same_threads": 1.0, "sibling_threads": 2.0, "free_cores": 3.0}
+FREE_GROUP = -1.0  # core group of antagonists running on the node's idle cores
+
+
+@dataclass(frozen=True)
+class Component:
+    entity: str  # app / BE job / antagonist name
+    kind: str  # "lc", "be", "antagonist"
+    profile: LcProfile | BatchProfile
+    cls: int  # thread class index (batch)
+    target: int  # component index an antagonist is pinned to, else -1
+
+
+@dataclass(frozen=True)
+class Layout:
+    platform: Platform
+    components: tuple[Component, ...]
+    lc: tuple[int, ...]  # component indices of LC apps, in scenario order
+    be: dict[str, tuple[int, ...]]  # BE job -> its component indices
+
+    @property
+    def n(self) -> int:
+        return len(self.components)
+
+
+def lc_profile_of(scn: Scenario, i: int) -> LcProfile:
+    """The i-th app's profile with the scenario's deployment overrides applied."""
+    prof = scn.lc_profiles[i]
+    ov = scn.apps[i].overrides
+    if not ov:
+        return prof
+    import dataclasses
+
+    kw = {k: (int(v) if k == "threads" else float(v)) for k, v in ov.items()}
+    return dataclasses.replace(prof, **kw)
+
+
+def build_layout(scn: Scenario) -> Layout:
+    comps: list[Component] = []
+    for i, e in enumerate(scn.apps):
+        comps.append(Component(e.instance, "lc", lc_profile_of(scn, i), 0, -1))
+    lc = tuple(range(len(comps)))
+    be: dict[str, tuple[int, ...]] = {}
+    for name in scn.be:
+        prof = load_profile(name)
+        assert isinstance(prof, BatchProfile)
+        idx = []
+        for c in range(len(prof.classes)):
+            idx.append(len(comps))
+            comps.append(Component(name, "be", prof, c, -1))
+        be[name] = tuple(idx)
+    names = [e.instance for e in scn.apps]
+    for a in scn.antagonists:
+        prof = load_profile(a.profile)
+        assert isinstance(prof, BatchProfile)
+        target = names.index(a.target) if a.target in names else -1
+        for c in range(len(prof.classes)):
+            comps.append(Component(a.profile, "antagonist", prof, c, target))
+    return Layout(scn.platform_spec, tuple(comps), lc, be)
+
+
+# ---- parameters ---------------------------------------------------------------------------------
+def platform_row(pl: Platform) -> np.ndarray:
+    r = np.zeros(M.NPL)
+    r[M.PL_CORES] = pl.cores
+    r[M.PL_TPC] = pl.threads_per_core
+    r[M.PL_SOCKET_CORES] = pl.socket_cores
+    r[M.PL_LLC_WAYS] = pl.llc.ways
+    r[M.PL_LLC_MB] = pl.llc.mb
+    r[M.PL_LLC_BW] = pl.llc.bandwidth_gbps
+    r[M.PL_LLC_CONT] = pl.llc.contention
+    r[M.PL_MBA_DELAY] = pl.mba.delay
+    r[M.PL_FMIN] = pl.freq.min_mhz
+    r[M.PL_FNOM] = pl.freq.nominal_mhz
+    r[M.PL_FTURBO] = pl.freq.turbo_mhz
+    r[M.PL_FALLTURBO] = pl.freq.all_core_turbo_mhz or pl.freq.turbo_mhz
+    r[M.PL_TDP] = pl.power.tdp_w
+    r[M.PL_UNCORE_W] = pl.power.uncore_w
+    r[M.PL_CORE_IDLE_W] = pl.power.core_idle_w
+    r[M.PL_CORE_DYN_W] = pl.power.core_dynamic_w
+    r[M.PL_IRQ_ACTIVE] = pl.power.irq_active_cores
+    r[M.PL_MEM_GB] = pl.memory.gb
+    r[M.PL_MEM_BW] = pl.memory.bandwidth_gbps
+    r[M.PL_MEM_Q] = pl.memory.queueing
+    r[M.PL_RECLAIM] = pl.memory.reclaim_gbps
+    r[M.PL_DISK_IOPS] = pl.disk.iops
+    r[M.PL_DISK_SEQ] = pl.disk.seq_mbps
+    r[M.PL_DISK_SLICE_S] = pl.disk.slice_ms / 1000
+    r[M.PL_NET_GBPS] = pl.network.gbps
+    r[M.PL_NET_CONG_S] = pl.network.congestion_delay_ms / 1000
+    r[M.PL_SCHED_S] = pl.sched_wakeup_delay_ms / 1000
+    r[M.PL_MIG_PEN] = pl.migration_penalty
+    r[M.PL_DT] = pl.interval_s
+    return r
+
+
+def _llc_miss(x: float, kappa: float, foot: float, mmin: float, stream: bool) -> float:
+    if stream:
+        return 1.0 if foot <= 0 else max(mmin, 1.0 - x / foot)
+    return mmin + (1.0 - mmin) * math.exp(-x / kappa) if kappa > 0 else mmin
+
+
+def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
+    """The kernel row of an LC app; `knee` = (S_ref in s, page touches per request)."""
+    s_ref, pages = knee
+    ref = load_platform(prof.reference.platform)
+    foot = 5.0 * prof.llc_kappa_mb
+    r = np.zeros(M.NP)
+    r[M.P_ACTIVE] = 1
+    r[M.P_KIND] = 0
+    r[M.P_THREADS] = prof.threads
+    r[M.P_SREF] = s_ref
+    r[M.P_FLLC] = prof.frac_llc
+    r[M.P_FMEM] = prof.frac_mem
+    r[M.P_SMT] = prof.smt_speed
+    r[M.P_PWR] = prof.power_factor
+    r[M.P_LLC_APU] = prof.llc_accesses_per_req
+    r[M.P_LLC_KAPPA] = prof.llc_kappa_mb
+    r[M.P_LLC_FOOT] = foot
+    r[M.P_LLC_MMIN] = prof.llc_miss_min
+    r[M.P_LLC_STREAM] = 0
+    r[M.P_LLC_MREF] = _llc_miss(min(ref.llc.mb, foot), prof.llc_kappa_mb, foot, prof.llc_miss_min, False)
+    r[M.P_DRAM] = prof.dram_bytes_per_req / 1e9
+    r[M.P_DATA_GB] = prof.dataset_gb
+    r[M.P_ZIPF] = prof.zipf
+    r[M.P_PAGES] = pages
+    r[M.P_IO_KB] = prof.io_kb
+    r[M.P_NET_GBIT] = prof.net_bytes_per_req * 8 / 1e9
+    r[M.P_FLOWS] = prof.net_flows
+    r[M.P_BASE_S] = prof.base_latency_us / 1e6
+    r[M.P_CV2] = prof.service_cv2
+    r[M.P_PERTHREAD] = 1.0 if prof.queue == "per_thread" else 0.0
+    r[M.P_TIMEOUT_S] = prof.timeout_s
+    r[M.P_PLACE] = 0
+    r[M.P_TARGET] = -1
+    r[M.P_QOS_S] = prof.qos_target_us / 1e6
+    return r
+
+
+def batch_row(prof: BatchProfile, c: ThreadClass, target: int) -> np.ndarray:
+    r = np.zeros(M.NP)
+    r[M.P_ACTIVE] = 1
+    r[M.P_KIND] = 1
+    r[M.P_THREADS] = c.threads
+    r[M.P_SREF] = 1.0
+    r[M.P_FLLC] = c.frac_llc
+    r[M.P_FMEM] = c.frac_mem
+    r[M.P_SMT] = c.smt_speed
+    r[M.P_PWR] = c.power_factor
+    r[M.P_LLC_APU] = c.llc_access_gbps * 1e9 / 64
+    r[M.P_LLC_STREAM] = 1
+    r[M.P_LLC_FOOT] = c.llc_footprint_mb * c.threads
+    r[M.P_LLC_KAPPA] = 0
+    r[M.P_LLC_MMIN] = 0
+    r[M.P_LLC_MREF] = 1.0
+    r[M.P_DRAM] = c.llc_access_gbps
+    r[M.P_DATA_GB] = c.memory_gb * c.threads
+    r[M.P_ZIPF] = 0.0
+    r[M.P_PAGES] = c.llc_access_gbps * 1e9 / 4096 if c.memory_gb > 0 else 0.0
+    r[M.P_IO_KB] = 4.0
+    r[M.P_SEQ_MB] = c.disk_mbps
+    r[M.P_NET_GBIT] = c.net_gbps
+    r[M.P_FLOWS] = c.net_flows
+    r[M.P_PLACE] = _PLACE[prof.placement]
+    r[M.P_TARGET] = target
+    r[M.P_TIMEOUT_S] = 1.0
+    return r
+
+
+def component_rows(layout: Layout) -> np.ndarray:
+    rows = np.zeros((layout.n, M.NP))
+    for w, comp in enumerate(layout.components):
+        if comp.kind == "lc":
+            assert isinstance(comp.profile, LcProfile)
+            rows[w] = lc_row(comp.profile, reference_knee(base_profile(comp.profile)))
+        else:
+            assert isinstance(comp.profile, BatchProfile)
+            rows[w] = batch_row(comp.profile, comp.profile.classes[comp.cls], comp.target)
+    return rows
+
+
+def base_profile(prof: LcProfile) -> LcProfile:
+    """The shipped profile of an app (deployment overrides removed), which defines its knee."""
+    base = load_profile(prof.name)
+    return base if isinstance(base, LcProfile) else prof
+
+
+def alloc_rows(layout: Layout, alloc: Allocation, prev: Allocation | None) -> np.ndarray:
+    """Allocation -> (W, NA). Antagonists run on the idle cores (or on their target's threads),
+    share their target's CLOS (the LLC is not partitioned for them) and are not limited."""
+    pl = layout.platform
+    rows = np.zeros((layout.n, M.NA))
+    top = pl.freq_levels_mhz[-1]
+    idle = alloc.idle_cores
+    for w, comp in enumerate(layout.components):
+        r = rows[w]
+        if comp.kind == "antagonist":
+            t = comp.target if comp.target >= 0 else (layout.lc[0] if layout.lc else -1)
+            tgt = alloc[layout.components[t].entity] if t >= 0 else None
+            r[M.A_CORES] = max(idle, 0.0)
+            r[M.A_GROUP] = FREE_GROUP
+            r[M.A_WAYS] = tgt.llc_ways if tgt else pl.llc.ways
+            r[M.A_CLOS] = tgt.clos if tgt else 0
+            r[M.A_MBA] = 100
+            r[M.A_FREQ] = (tgt.freq_mhz if comp.profile.placement != "free_cores" else top) if tgt else top
+            r[M.A_MEM] = pl.memory.gb
+            r[M.A_DISK] = pl.disk.seq_mbps
+            r[M.A_NET] = pl.network.gbps
+            continue
+        a = alloc[comp.entity]
+        _fill(r, a)
+        if prev is not None and comp.entity in prev:
+            p = prev[comp.entity]
+            r[M.A_MOVED] = float(p.cores != a.cores or p.core_group != a.core_group)
+            r[M.A_FLUSH] = float(p.clos != a.clos)
+    return rows
+
+
+def _fill(r: np.ndarray, a: AppAlloc) -> None:
+    r[M.A_CORES] = a.cores
+    r[M.A_GROUP] = a.core_group
+    r[M.A_WAYS] = a.llc_ways
+    r[M.A_CLOS] = a.clos
+    r[M.A_MBA] = a.mba_pct
+    r[M.A_FREQ] = a.freq_mhz
+    r[M.A_MEM] = a.memory_gb
+    r[M.A_DISK] = a.disk_mbps
+    r[M.A_NET] = a.net_gbps
+
+
+# ---- derived constants --------------------------------------------------------------------------
+def meet_probability(tail_at_target: np.ndarray | float, n_requests: np.ndarray | float) -> np.ndarray:
+    """P(an interval's measured p99 <= target) given P(latency > target) and n requests: the
+    order statistic k = ceil(0.99 n) of n draws is <= target iff Beta(k, n-k+1) <= F(target)."""
+    n = np.maximum(np.asarray(n_requests, dtype=float), 1.0)
+    k = np.ceil(P99 * n)
+    f = np.clip(1.0 - np.asarray(tail_at_target, dtype=float), 0.0, 1.0)
+    return betainc(k, n - k + 1.0, f)
+
+
+def steady(plat: np.ndarray, prm: np.ndarray, alloc: np.ndarray, lam: np.ndarray, steps: int = 6) -> tuple:
+    """Deterministic steady state of one node: arrivals = lam*dt exactly, p99 at the 0.99 point."""
+    arr = M.new_arrays(1, prm.shape[0])
+    arr["plat"][0] = plat
+    arr["prm"][0] = prm
+    arr["alloc"][0] = alloc
+    dt = plat[M.PL_DT]
+    arr["arrivals"][0] = lam * dt
+    arr["usample"][0] = np.where(prm[:, M.P_KIND] < 0.5, P99, np.nan)
+    for _ in range(steps):
+        M.step_nodes(arr["plat"], arr["prm"], arr["alloc"], arr["state"], arr["arrivals"], arr["usample"], arr["out"], arr["nout"])
+    return arr["out"][0].copy(), arr["nout"][0].copy()
+
+
+def reference_alloc_row(pl: Platform, cores: int) -> np.ndarray:
+    r = np.zeros(M.NA)
+    r[M.A_CORES] = cores
+    r[M.A_GROUP] = 1
+    r[M.A_WAYS] = pl.llc.ways
+    r[M.A_CLOS] = 1
+    r[M.A_MBA] = 100
+    r[M.A_FREQ] = pl.freq_levels_mhz[-1]
+    r[M.A_MEM] = pl.memory.gb
+    r[M.A_DISK] = pl.disk.seq_mbps
+    r[M.A_NET] = pl.network.gbps
+    return r
+
+
+@cache
+def reference_knee(prof: LcProfile) -> tuple[float, float]:
+    """(S_ref in s, page touches per request) putting the knee at max load: bisection on the
+    log of the derived quantity, since P(meet) falls as either grows."""
+    pl = load_platform(prof.reference.platform)
+    plat = platform_row(pl)
+    alloc = reference_alloc_row(pl, prof.reference.cores)[None, :]
+    lam = np.array([prof.max_load_rps])
+    n = prof.max_load_rps * pl.interval_s
+
+    def knee(x: float) -> tuple[float, float]:
+        if prof.knee == "cpu":
+            return x, prof.pages_per_req
+        return prof.service_us / 1e6, x
+
+    def p_meet(x: float) -> float:
+        out, _ = steady(plat, lc_row(prof, knee(x))[None, :], alloc, lam)
+        return float(meet_probability(out[0, M.O_TAIL_T], n))
+
+    lo, hi = math.log(1e-9), math.log(100.0 if prof.knee == "cpu" else 1e6)
+    if p_meet(math.exp(lo)) < KNEE_MEET_PROB:
+        raise ValueError(
+            f"app {prof.name}: cannot meet {prof.qos_target_us} us at max load even with "
+            f"{'instant service' if prof.knee == 'cpu' else 'no page faults'}: its fixed delays are too large"
+        )
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        if p_meet(math.exp(mid)) >= KNEE_MEET_PROB:
+            lo = mid
+        else:
+            hi = mid
+    return knee(math.exp(lo))
+
+
+@cache
+def be_alone_progress(prof: BatchProfile, platform: str) -> float:
+    """Progress rate of a BE job alone on the whole node (PARTIES Sec. 5: BE throughput is
+    normalised to the job in isolation)."""
+    pl = load_platform(platform)
+    rows = np.stack([batch_row(prof, c, -1) for c in prof.classes])
+    alloc = np.stack([reference_alloc_row(pl, pl.cores) for _ in prof.classes])
+    out, _ = steady(platform_row(pl), rows, alloc, np.zeros(len(prof.classes)))
+    return float(out[:, M.O_PROG].sum())
+
+
+# ---- the batched simulator ----------------------------------------------------------------------
+class SimBatch:
+    """B nodes stepped together. Each node has its own layout (padded to the widest one) and
+    allocation rows; `step()` draws arrivals and p99 order statistics from `rng` and runs the
+    kernel once for all nodes."""
+
+    def __init__(self, layouts: list[Layout], rng: np.random.Generator, width: int | None = None) -> None:
+        self.B = len(layouts)
+        self.W = max(width or 0, max((lay.n for lay in layouts), default=1))
+        self.rng = rng
+        self.a = M.new_arrays(self.B, self.W)
+        self.layouts: list[Layout | None] = [None] * self.B
+        for i, lay in enumerate(layouts):
+            self.set_layout(i, lay)
+
+    def set_layout(self, i: int, layout: Layout) -> None:
+        if layout.n > self.W:
+            raise ValueError(f"layout has {layout.n} components; this batch holds {self.W}")
+        self.layouts[i] = layout
+        self.a["plat"][i] = platform_row(layout.platform)
+        self.a["prm"][i] = 0.0
+        self.a["prm"][i, : layout.n] = component_rows(layout)
+        self.a["alloc"][i] = 0.0
+        self.a["state"][i] = 0.0
+
+    def set_alloc_rows(self, i: int, rows: np.ndarray) -> None:
+        self.a["alloc"][i, : rows.shape[0]] = rows
+
+    def step(self, lam: np.ndarray, empty_u: float = np.nan) -> None:
+        """One interval. `lam` (B, W): offered request rate per LC component (ignored elsewhere).
+        An LC component that received no request gets the quantile point `empty_u` (NaN: its p99
+        is NaN; 0.99: its expected p99)."""
+        a = self.a
+        dt = a["plat"][:, M.PL_DT][:, None]
+        is_lc = (a["prm"][:, :, M.P_KIND] < 0.5) & (a["prm"][:, :, M.P_ACTIVE] > 0.5)
+        mean = np.where(is_lc, np.maximum(lam, 0.0) * dt, 0.0)
+        n = self.rng.poisson(mean).astype(float)
+        a["arrivals"][:] = n
+        u = np.where(is_lc, empty_u, np.nan)
+        has = n > 0
+        if has.any():
+            nn = n[has]
+            k = np.ceil(P99 * nn)
+            u[has] = self.rng.beta(k, nn - k + 1.0)
+        a["usample"][:] = u
+        M.step_nodes(a["plat"], a["prm"], a["alloc"], a["state"], a["arrivals"], a["usample"], a["out"], a["nout"])

@@ -1,0 +1,876 @@
+"""The simulator's physics: one compiled step over many nodes at once (DESIGN §4).
+
+`step_nodes` advances B nodes by one interval. Each node runs W *components*: an LC app is one
+component; a batch job (the BE job, an antagonist) has one component per thread class. Everything is
+a float64 array so that one numba kernel serves both the scalar `SimNode` (B = 1) and the batched
+training mode; randomness (Poisson arrival counts, the order statistic that becomes the measured
+p99) is drawn outside with an injected numpy Generator, so runs are deterministic under a seed.
+
+Per interval, per node:
+
+1. **Cores.** Busy threads of the components sharing a core group spread over its cores as Linux
+   would: one per physical core, then onto sibling hyperthreads (per-thread speed `smt_speed`),
+   then time-sharing (speed shrinks with the oversubscription; a waking thread may find its
+   hyperthread held by another runnable thread and waits `sched_wakeup_delay_ms`). Antagonists
+   pinned to an app's own hyperthreads (PARTIES Table 3 "hyperthread") halve its speed and always
+   make it wait; on the sibling hyperthreads ("CPU") they force the SMT speed.
+2. **Power and turbo.** Groups capped at the turbo level share one frequency: the turbo bin for the
+   number of active cores, lowered until the socket fits its TDP (dynamic power ~ f^3 x power
+   factor per busy core). Fixed (userspace) levels are applied as set.
+3. **LLC.** Components of a CLOS share its ways; occupancy settles where each holds a share in
+   proportion to its insertion (miss) rate, capped by its footprint (an LRU sharing model). The
+   miss ratio follows each profile's miss curve. Growth is lagged by the fill rate (cache warm-up
+   after a CAT change); a CLOS migration flushes the app's lines (CoCo Sec. 3.3).
+4. **Memory capacity.** Resident memory is the most frequently touched pages: a water-filling
+   over every component's Zipf page-popularity under its cgroup limit and the node's capacity.
+   Touches of non-resident pages are page faults served by the disk. Residency grows at the
+   fault-in rate and shrinks at the reclaim rate (the lags of a MEM move).
+5. **DRAM and uncore.** Traffic = progress x bytes per unit x (miss ratio / reference miss
+   ratio). Loaded memory latency grows as u^2/(1-u) with utilisation u; MBA adds a delay per
+   access for its CLOS. The same form for uncore (LLC) bandwidth. Batch progress and traffic are
+   solved as a short fixed point.
+6. **Service time.** S = S_ref x (f_core x f_nom/f + f_llc x llc_latency + f_mem x miss_factor x
+   mem_latency) / speed, with S_ref the service time at nominal frequency, reference occupancy and
+   idle memory.
+7. **Disk and network.** Disk time is shared max-min fairly among its users (blkio caps
+   included); a sequential stream makes each random read wait up to an I/O-scheduler slice.
+   The link is shared max-min by flows under each HTB ceil; past ~95% utilisation a standing
+   queue delays every response. Both are queues in tandem with the CPU.
+8. **Latency.** Requests queue on the app's threads: M/M/1 per thread (`per_thread`) or M/M/c
+   (`shared`, Erlang C), with the waiting time stretched by (1 + cv^2)/2 for non-exponential
+   service. The sojourn tail is a sum of exponentials, convolved in closed form with page-fault
+   I/O, scheduling delay and link queueing. A fluid backlog carries overload across intervals
+   (requests older than the timeout are dropped), so an overloaded app recovers over several
+   intervals. The measured p99 of an interval with n requests is the order statistic
+   k = ceil(0.99 n): its CDF value U ~ Beta(k, n - k + 1) is drawn outside and inverted here, so
+   the noise grows as fewer requests are seen. In the M/M/1 limit (one thread, no other
+   component) the p99 is exactly Heracles' Eq. (1): ln(100) / (mu - lambda).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+# ---- platform row -------------------------------------------------------------------------------
+PL_CORES = 0
+PL_TPC = 1
+PL_SOCKET_CORES = 2
+PL_LLC_WAYS = 3
+PL_LLC_MB = 4
+PL_LLC_BW = 5
+PL_LLC_CONT = 6
+PL_MBA_DELAY = 7
+PL_FMIN = 8
+PL_FNOM = 9
+PL_FTURBO = 10
+PL_FALLTURBO = 11
+PL_TDP = 12
+PL_UNCORE_W = 13
+PL_CORE_IDLE_W = 14
+PL_CORE_DYN_W = 15
+PL_IRQ_ACTIVE = 16
+PL_MEM_GB = 17
+PL_MEM_BW = 18
+PL_MEM_Q = 19
+PL_RECLAIM = 20
+PL_DISK_IOPS = 21
+PL_DISK_SEQ = 22
+PL_DISK_SLICE_S = 23
+PL_NET_GBPS = 24
+PL_NET_CONG_S = 25
+PL_SCHED_S = 26
+PL_MIG_PEN = 27
+PL_DT = 28
+NPL = 29
+
+# ---- component parameters -----------------------------------------------------------------------
+P_ACTIVE = 0
+P_KIND = 1  # 0 = LC app, 1 = batch thread class
+P_THREADS = 2
+P_SREF = 3  # LC: reference service time (s); batch: 1
+P_FLLC = 4
+P_FMEM = 5
+P_SMT = 6
+P_PWR = 7
+P_LLC_APU = 8  # LLC accesses per unit (request, or thread-second)
+P_LLC_KAPPA = 9  # MB
+P_LLC_FOOT = 10  # MB
+P_LLC_MMIN = 11
+P_LLC_STREAM = 12
+P_LLC_MREF = 13  # miss ratio at the reference occupancy
+P_DRAM = 14  # GB per unit at the reference miss ratio
+P_DATA_GB = 15
+P_ZIPF = 16
+P_PAGES = 17  # page touches per unit
+P_IO_KB = 18
+P_SEQ_MB = 19  # sequential disk MB per unit
+P_NET_GBIT = 20  # Gbit per unit
+P_FLOWS = 21
+P_BASE_S = 22
+P_CV2 = 23
+P_PERTHREAD = 24
+P_TIMEOUT_S = 25
+P_PLACE = 26  # 0 allocated, 1 same hyperthreads as target, 2 sibling hyperthreads, 3 free cores
+P_TARGET = 27  # component index an antagonist is pinned to
+P_QOS_S = 28
+NP = 29
+
+# ---- allocation row -----------------------------------------------------------------------------
+A_CORES = 0
+A_GROUP = 1
+A_WAYS = 2
+A_CLOS = 3
+A_MBA = 4
+A_FREQ = 5  # MHz cap; >= turbo level means turbo
+A_MEM = 6
+A_DISK = 7  # MB/s cap
+A_NET = 8  # Gbps cap
+A_MOVED = 9  # cores changed this interval (thread migration)
+A_FLUSH = 10  # CLOS changed this interval (its lines are flushed)
+NA = 11
+
+# ---- state --------------------------------------------------------------------------------------
+S_Q = 0  # backlog, requests
+S_OCC = 1  # LLC occupancy, MB
+S_RES = 2  # resident memory, GB
+S_BUSY = 3  # busy threads last interval
+S_RATE = 4  # batch: progress rate last interval (units/s)
+S_INIT = 5  # 1 once occupancy and residency were initialised
+S_CAP = 6  # LC: bottleneck capacity last interval (rps)
+NS = 7
+
+# ---- outputs ------------------------------------------------------------------------------------
+O_P99 = 0  # s; NaN when no request was seen
+O_TAIL_T = 1  # P(latency > QoS target): the deterministic view of this interval
+O_SERVED = 2  # rps
+O_DROPPED = 3  # rps
+O_UTIL = 4  # busy fraction of the group's cores
+O_LLC = 5  # MB
+O_MBW = 6  # GB/s
+O_MEM = 7  # GB resident
+O_DISK = 8  # MB/s
+O_NET = 9  # Gbps
+O_FREQ = 10  # MHz
+O_PROG = 11  # batch progress, units/s
+O_SLOW = 12  # service stretch factor
+O_RHO = 13  # offered load / CPU capacity
+O_CAP = 14  # bottleneck capacity, rps
+NO = 15
+
+N_MBW = 0
+N_POWER = 1
+N_MEMU = 2
+N_LLCU = 3
+N_LINKU = 4
+N_FTURBO = 5
+NNO = 6
+
+LINE_MB = 64e-6
+PAGE_GB = 4096 / 1e9
+LN100 = math.log(100.0)
+
+
+@njit(cache=True, inline="always")
+def _miss(x, kappa, foot, mmin, stream):
+    """Miss ratio at occupancy x MB: a streamed array (stream) or an exponential reuse curve."""
+    if stream > 0.5:
+        if foot <= 0.0:
+            return 1.0
+        return max(mmin, 1.0 - x / foot)
+    if kappa <= 0.0:
+        return mmin
+    return mmin + (1.0 - mmin) * math.exp(-x / kappa)
+
+
+@njit(cache=True)
+def _harmonic(n, s):
+    """Generalised harmonic number H(n, s) = sum_{i<=n} i^-s (Euler-Maclaurin, n >= 0 real)."""
+    if n <= 0.0:
+        return 0.0
+    if n < 1.0:
+        return n
+    if abs(s - 1.0) < 1e-6:
+        return math.log(n) + 0.5772156649 + 0.5 / n
+    return (n ** (1.0 - s) - 1.0) / (1.0 - s) + 0.5 * (1.0 + n ** (-s)) + s / 12.0 * (1.0 - n ** (-s - 1.0))
+
+
+@njit(cache=True)
+def _miss_mass(res_pages, data_pages, s):
+    """Share of page touches that miss when the res_pages most popular of data_pages are resident."""
+    if data_pages <= 0.0 or res_pages >= data_pages:
+        return 0.0
+    if res_pages <= 0.0:
+        return 1.0
+    if s <= 1e-6:
+        return 1.0 - res_pages / data_pages
+    return max(0.0, 1.0 - _harmonic(res_pages, s) / _harmonic(data_pages, s))
+
+
+@njit(cache=True)
+def _erlang_c(c, a):
+    """Probability of waiting in M/M/c with offered load a (Erlangs), via the Erlang-B recursion."""
+    b = 1.0
+    k = 1
+    while k <= c:
+        b = a * b / (k + a * b)
+        k += 1
+    rho = a / c
+    if rho >= 1.0:
+        return 1.0
+    return b / (1.0 - rho * (1.0 - b))
+
+
+@njit(cache=True)
+def _convolve(coef, rate, n, q, r):
+    """Tail sum_i coef_i e^(-rate_i t) of X  ->  tail of X + B*E_r, B ~ Bernoulli(q), E_r ~ Exp(r)."""
+    if q <= 0.0 or r <= 0.0 or not math.isfinite(r):
+        return n
+    acc = 0.0
+    for i in range(n):
+        ri = rate[i]
+        if abs(ri - r) < 1e-3 * max(ri, r):
+            r = r * (1.0 - 2e-3) if r < ri else r * (1.0 + 2e-3)
+    for i in range(n):
+        ri = rate[i]
+        d = ri - r
+        acc += coef[i] * ri / d
+        coef[i] = coef[i] * ((1.0 - q) - q * r / d)
+    coef[n] = q * acc
+    rate[n] = r
+    return n + 1
+
+
+@njit(cache=True, inline="always")
+def _tail(x, coef, rate, n):
+    if x <= 0.0:
+        return 1.0
+    s = 0.0
+    for i in range(n):
+        s += coef[i] * math.exp(-rate[i] * x)
+    return min(1.0, max(0.0, s))
+
+
+@njit(cache=True)
+def _integral(x, coef, rate, n):
+    """Integral of the tail from -inf... i.e. int_0^x tail(v) dv for x >= 0 (tail = 1 below 0)."""
+    if x <= 0.0:
+        return 0.0
+    s = 0.0
+    for i in range(n):
+        s += coef[i] * (1.0 - math.exp(-rate[i] * x)) / rate[i]
+    return s
+
+
+@njit(cache=True)
+def _tail_total(x, coef, rate, n, fb, wa, wb):
+    """Tail with a backlog wait: with prob fb an extra wait ~ Uniform[wa, wb], else none."""
+    t0 = _tail(x, coef, rate, n)
+    if fb <= 0.0:
+        return t0
+    if wb - wa < 1e-12:
+        tb = _tail(x - wa, coef, rate, n)
+    else:
+        hi = x - wa
+        lo = x - wb
+        neg = 0.0
+        if lo < 0.0:
+            neg = min(hi, 0.0) - lo
+        tb = (neg + _integral(max(hi, 0.0), coef, rate, n) - _integral(max(lo, 0.0), coef, rate, n)) / (wb - wa)
+    return (1.0 - fb) * t0 + fb * min(1.0, max(0.0, tb))
+
+
+@njit(cache=True)
+def _quantile(p, coef, rate, n, fb, wa, wb):
+    """Smallest x with tail_total(x) <= p (bisection on a bracket, then refinement)."""
+    if p >= 1.0:
+        return 0.0
+    rmin = 1e300
+    apos = 0.0
+    for i in range(n):
+        rmin = min(rmin, rate[i])
+        if coef[i] > 0:
+            apos += coef[i]
+    hi = max(math.log(max(apos, 1.0) / max(p, 1e-300)) / rmin, 1e-12) + wb
+    lo = 0.0
+    while _tail_total(hi, coef, rate, n, fb, wa, wb) > p:
+        hi *= 2.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if _tail_total(mid, coef, rate, n, fb, wa, wb) > p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-9 * hi:
+            break
+    return hi
+
+
+@njit(cache=True)
+def _maxmin(demand, weight, capacity, out, m):
+    """Weighted max-min fair shares of `capacity` for `demand` (progressive filling)."""
+    for i in range(m):
+        out[i] = 0.0
+    left = capacity
+    active = np.zeros(m, dtype=np.bool_)
+    for i in range(m):
+        active[i] = demand[i] > 0.0 and weight[i] > 0.0
+    for _ in range(m + 1):
+        wsum = 0.0
+        for i in range(m):
+            if active[i]:
+                wsum += weight[i]
+        if wsum <= 0.0 or left <= 1e-15:
+            break
+        progressed = False
+        for i in range(m):
+            if active[i] and demand[i] - out[i] <= left * weight[i] / wsum + 1e-15:
+                left -= demand[i] - out[i]
+                out[i] = demand[i]
+                active[i] = False
+                progressed = True
+        if not progressed:
+            for i in range(m):
+                if active[i]:
+                    out[i] += left * weight[i] / wsum
+            left = 0.0
+            break
+
+
+@njit(cache=True)
+def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
+    """Advance every node one interval; see the module docstring. Arrays:
+    plat (B, NPL), prm (B, W, NP), alloc (B, W, NA), state (B, W, NS) updated in place,
+    arrivals (B, W) requests this interval, usample (B, W) order-statistic CDF value (NaN: none),
+    out (B, W, NO) and nout (B, NNO) written."""
+    nb, nw = prm.shape[0], prm.shape[1]
+    busy = np.zeros(nw)
+    speed = np.ones(nw)
+    pwait = np.zeros(nw)
+    freq = np.zeros(nw)
+    rate = np.zeros(nw)  # units per second (requests for LC)
+    occ_t = np.zeros(nw)
+    miss = np.ones(nw)
+    slow = np.ones(nw)
+    res_t = np.zeros(nw)
+    mm = np.zeros(nw)
+    tmp = np.zeros(nw)
+    tmp2 = np.zeros(nw)
+    tmp3 = np.zeros(nw)
+    coef = np.zeros(8)
+    rt = np.zeros(8)
+    for b in range(nb):
+        pl = plat[b]
+        dt = pl[PL_DT]
+        tpc = pl[PL_TPC]
+        fnom = pl[PL_FNOM]
+        fturbo = pl[PL_FTURBO]
+        # ---------------- 1. cores ------------------------------------------------------------
+        for w in range(nw):
+            p = prm[b, w]
+            busy[w] = 0.0
+            speed[w] = 1.0
+            pwait[w] = 0.0
+            if p[P_ACTIVE] < 0.5:
+                continue
+            if p[P_PLACE] >= 0.5 and p[P_PLACE] < 2.5:
+                busy[w] = p[P_THREADS]
+            elif alloc[b, w, A_CORES] > 0.0:
+                if p[P_KIND] < 0.5:
+                    busy[w] = min(p[P_THREADS], state[b, w, S_BUSY])
+                else:
+                    busy[w] = p[P_THREADS]
+        for w in range(nw):
+            p = prm[b, w]
+            if p[P_ACTIVE] < 0.5 or (p[P_PLACE] >= 0.5 and p[P_PLACE] < 2.5):
+                continue
+            k = alloc[b, w, A_CORES]
+            if k <= 0.0:
+                continue
+            g = alloc[b, w, A_GROUP]
+            tot = 0.0
+            for v in range(nw):
+                if prm[b, v, P_ACTIVE] > 0.5 and alloc[b, v, A_GROUP] == g and not (
+                    prm[b, v, P_PLACE] >= 0.5 and prm[b, v, P_PLACE] < 2.5
+                ):
+                    tot += busy[v]
+            tot = max(tot, busy[w])
+            p2 = 0.0
+            share = 1.0
+            if tot > k:
+                if tot <= tpc * k:
+                    p2 = 2.0 * (tot - k) / tot
+                else:
+                    p2 = 1.0
+                    share = tpc * k / tot
+                    pwait[w] = min(1.0, (tot - tpc * k) / (tpc * k))
+            speed[w] = ((1.0 - p2) + p2 * p[P_SMT]) * share
+        # antagonists pinned onto an app's hyperthreads (PARTIES Table 3)
+        for a in range(nw):
+            pa = prm[b, a]
+            if pa[P_ACTIVE] < 0.5:
+                continue
+            t = int(pa[P_TARGET])
+            if t < 0 or t >= nw:
+                continue
+            if pa[P_PLACE] > 0.5 and pa[P_PLACE] < 1.5:  # same hyperthreads: CFS time-sharing
+                speed[t] *= prm[b, t, P_THREADS] / (prm[b, t, P_THREADS] + min(pa[P_THREADS], prm[b, t, P_THREADS]))
+                pwait[t] = 1.0
+            elif pa[P_PLACE] > 1.5 and pa[P_PLACE] < 2.5:  # sibling hyperthreads: SMT contention
+                f2 = min(1.0, pa[P_THREADS] / max(prm[b, t, P_THREADS], 1.0))
+                speed[t] *= (1.0 - f2) + f2 * prm[b, t, P_SMT]
+        # ---------------- 2. power and turbo --------------------------------------------------
+        dynw = pl[PL_CORE_DYN_W]
+        n_act = pl[PL_IRQ_ACTIVE]
+        w_turbo = pl[PL_IRQ_ACTIVE] * 0.8
+        p_fixed = pl[PL_UNCORE_W] + pl[PL_SOCKET_CORES] * pl[PL_CORE_IDLE_W]
+        for w in range(nw):
+            p = prm[b, w]
+            if p[P_ACTIVE] < 0.5 or busy[w] <= 0.0:
+                continue
+            # active cores attributed to w: its share of its group's busy cores
+            fcap = alloc[b, w, A_FREQ]
+            if p[P_PLACE] >= 0.5 and p[P_PLACE] < 2.5:
+                t = int(p[P_TARGET])
+                cores_w = 0.25 * min(busy[w], prm[b, t, P_THREADS])  # extra SMT/time-share power
+            else:
+                k = alloc[b, w, A_CORES]
+                g = alloc[b, w, A_GROUP]
+                tot = 0.0
+                for v in range(nw):
+                    if prm[b, v, P_ACTIVE] > 0.5 and alloc[b, v, A_GROUP] == g and not (
+                        prm[b, v, P_PLACE] >= 0.5 and prm[b, v, P_PLACE] < 2.5
+                    ):
+                        tot += busy[v]
+                tot = max(tot, busy[w])
+                cores_w = min(k, tot) * busy[w] / tot
+                n_act += cores_w
+            pw = cores_w * p[P_PWR]
+            if fturbo > 0.0 and fcap >= fturbo - 0.5:
+                w_turbo += pw
+            else:
+                p_fixed += dynw * pw * (fcap / fnom) ** 3
+        f_t = fnom
+        if fturbo > 0.0:
+            span = max(pl[PL_SOCKET_CORES] - 2.0, 1.0)
+            frac = min(1.0, max(0.0, (n_act - 2.0) / span))
+            f_bin = fturbo - (fturbo - pl[PL_FALLTURBO]) * frac
+            f_t = f_bin
+            if w_turbo > 0.0:
+                head = pl[PL_TDP] - p_fixed
+                f_pow = fnom * (max(head, 1e-9) / (dynw * w_turbo)) ** (1.0 / 3.0)
+                f_t = max(pl[PL_FMIN], min(f_bin, f_pow))
+        power = p_fixed + dynw * w_turbo * (f_t / fnom) ** 3
+        nout[b, N_POWER] = power
+        nout[b, N_FTURBO] = f_t
+        for w in range(nw):
+            fcap = alloc[b, w, A_FREQ]
+            freq[w] = f_t if (fturbo > 0.0 and fcap >= fturbo - 0.5) else min(fcap, fnom)
+            if freq[w] <= 0.0:
+                freq[w] = fnom
+        # ---------------- progress rates (first estimate) ------------------------------------
+        for w in range(nw):
+            p = prm[b, w]
+            if p[P_ACTIVE] < 0.5:
+                rate[w] = 0.0
+            elif p[P_KIND] < 0.5:
+                rate[w] = (arrivals[b, w] + state[b, w, S_Q]) / dt
+                if state[b, w, S_INIT] > 0.5:
+                    rate[w] = min(rate[w], state[b, w, S_CAP])
+            elif state[b, w, S_INIT] > 0.5:
+                rate[w] = state[b, w, S_RATE]
+            else:
+                rate[w] = busy[w] * speed[w]
+        # ---------------- 3. LLC occupancy -----------------------------------------------------
+        mbw = pl[PL_LLC_MB] / pl[PL_LLC_WAYS]
+        for w in range(nw):
+            occ_t[w] = 0.0
+            if alloc[b, w, A_FLUSH] > 0.5:
+                state[b, w, S_OCC] = 0.0
+        for w in range(nw):
+            p = prm[b, w]
+            if p[P_ACTIVE] < 0.5 or occ_t[w] > 0.0:
+                continue
+            clos = alloc[b, w, A_CLOS]
+            cap = alloc[b, w, A_WAYS] * mbw
+            # members of this CLOS: tmp[v] = 1 (pinned antagonists carry their target's CLOS)
+            for v in range(nw):
+                tmp[v] = 1.0 if (prm[b, v, P_ACTIVE] > 0.5 and alloc[b, v, A_CLOS] == clos) else 0.0
+                foot = prm[b, v, P_LLC_FOOT]
+                tmp2[v] = foot
+                x0 = state[b, v, S_OCC] if state[b, v, S_INIT] > 0.5 else cap
+                tmp3[v] = min(foot, max(x0, 1e-3))
+            for _ in range(6):
+                ins_tot = 0.0
+                for v in range(nw):
+                    if tmp[v] > 0.5:
+                        pv = prm[b, v]
+                        mv = _miss(tmp3[v], pv[P_LLC_KAPPA], pv[P_LLC_FOOT], pv[P_LLC_MMIN], pv[P_LLC_STREAM])
+                        mm[v] = rate[v] * pv[P_LLC_APU] * max(mv, 1e-4)
+                        ins_tot += mm[v]
+                left = cap
+                wsum = ins_tot
+                # cap at footprints, redistribute what is left
+                for v in range(nw):
+                    if tmp[v] > 0.5:
+                        occ_t[v] = -1.0
+                for _r in range(nw + 1):
+                    changed = False
+                    for v in range(nw):
+                        if tmp[v] > 0.5 and occ_t[v] < 0.0 and wsum > 0.0:
+                            want = left * mm[v] / wsum
+                            if want >= tmp2[v]:
+                                occ_t[v] = tmp2[v]
+                                left -= tmp2[v]
+                                wsum -= mm[v]
+                                changed = True
+                    if not changed:
+                        break
+                for v in range(nw):
+                    if tmp[v] > 0.5 and occ_t[v] < 0.0:
+                        occ_t[v] = left * mm[v] / wsum if wsum > 0.0 else 0.0
+                for v in range(nw):
+                    if tmp[v] > 0.5:
+                        tmp3[v] = 0.5 * tmp3[v] + 0.5 * max(occ_t[v], 1e-3)
+            for v in range(nw):
+                if tmp[v] > 0.5:
+                    occ_t[v] = max(tmp3[v], 1e-9)
+        for w in range(nw):
+            p = prm[b, w]
+            if p[P_ACTIVE] < 0.5:
+                continue
+            if state[b, w, S_INIT] < 0.5:
+                state[b, w, S_OCC] = occ_t[w]
+            else:
+                x = state[b, w, S_OCC]
+                if occ_t[w] > x:
+                    mx = _miss(x, p[P_LLC_KAPPA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
+                    fill = rate[w] * p[P_LLC_APU] * mx * LINE_MB * dt
+                    state[b, w, S_OCC] = min(occ_t[w], x + fill)
+                else:
+                    state[b, w, S_OCC] = occ_t[w]
+            x = state[b, w, S_OCC]
+            miss[w] = _miss(x, p[P_LLC_KAPPA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
+        # ---------------- 4. memory capacity ---------------------------------------------------
+        total_need = 0.0
+        for w in range(nw):
+            p = prm[b, w]
+            res_t[w] = 0.0
+            if p[P_ACTIVE] < 0.5:
+                continue
+            tmp[w] = min(p[P_DATA_GB], alloc[b, w, A_MEM])
+            total_need += tmp[w]
+        if total_need <= pl[PL_MEM_GB]:
+            for w in range(nw):
+                if prm[b, w, P_ACTIVE] > 0.5:
+                    res_t[w] = tmp[w]
+        else:
+            # water-filling on page touch rate: keep pages touched more often than tau
+            lo = -30.0
+            hi = 30.0
+            for _ in range(60):
+                mid = 0.5 * (lo + hi)
+                tau = math.exp(mid)
+                used = 0.0
+                for w in range(nw):
+                    p = prm[b, w]
+                    if p[P_ACTIVE] < 0.5 or tmp[w] <= 0.0:
+                        continue
+                    npg = p[P_DATA_GB] / PAGE_GB
+                    touch = max(rate[w] * p[P_PAGES], 1e-12)
+                    s = p[P_ZIPF]
+                    if s <= 1e-6:
+                        keep = npg if touch / npg >= tau else 0.0
+                    else:
+                        keep = (touch / (tau * _harmonic(npg, s))) ** (1.0 / s)
+                    used += min(tmp[w], keep * PAGE_GB)
+                if used > pl[PL_MEM_GB]:
+                    lo = mid
+                else:
+                    hi = mid
+            tau = math.exp(hi)
+            used = 0.0
+            for w in range(nw):
+                p = prm[b, w]
+                if p[P_ACTIVE] < 0.5 or tmp[w] <= 0.0:
+                    continue
+                npg = p[P_DATA_GB] / PAGE_GB
+                touch = max(rate[w] * p[P_PAGES], 1e-12)
+                s = p[P_ZIPF]
+                if s <= 1e-6:
+                    keep = npg if touch / npg >= tau else 0.0
+                else:
+                    keep = (touch / (tau * _harmonic(npg, s))) ** (1.0 / s)
+                res_t[w] = min(tmp[w], keep * PAGE_GB)
+                used += res_t[w]
+            # give what is left to the components sitting at the threshold (uniform streams)
+            left = pl[PL_MEM_GB] - used
+            for w in range(nw):
+                p = prm[b, w]
+                if left > 0.0 and p[P_ACTIVE] > 0.5 and res_t[w] < tmp[w]:
+                    add = min(left, tmp[w] - res_t[w])
+                    res_t[w] += add
+                    left -= add
+        for w in range(nw):
+            p = prm[b, w]
+            if p[P_ACTIVE] < 0.5:
+                continue
+            r = state[b, w, S_RES]
+            if state[b, w, S_INIT] < 0.5:
+                r = res_t[w]
+            elif res_t[w] > r:
+                npg = p[P_DATA_GB] / PAGE_GB
+                faults = rate[w] * p[P_PAGES] * _miss_mass(r / PAGE_GB, npg, p[P_ZIPF])
+                r = min(res_t[w], r + faults * max(p[P_IO_KB], 4.0) * 1e-6 * dt)
+            else:
+                r = max(res_t[w], r - pl[PL_RECLAIM] * dt)
+            state[b, w, S_RES] = r
+            mm[w] = _miss_mass(r / PAGE_GB, p[P_DATA_GB] / PAGE_GB, p[P_ZIPF])
+        # ---------------- 5/6. DRAM, uncore and service stretch (fixed point) ----------------
+        memu = 0.0
+        llcu = 0.0
+        for _it in range(4):
+            traffic = 0.0
+            llc_bw = 0.0
+            for w in range(nw):
+                p = prm[b, w]
+                if p[P_ACTIVE] < 0.5:
+                    continue
+                mref = max(p[P_LLC_MREF], 1e-6)
+                traffic += rate[w] * p[P_DRAM] * miss[w] / mref
+                llc_bw += rate[w] * p[P_LLC_APU] * LINE_MB / 1000.0
+            memu = min(traffic / pl[PL_MEM_BW], 0.97)
+            llcu = min(llc_bw / pl[PL_LLC_BW], 0.95)
+            lmem = 1.0 + pl[PL_MEM_Q] * memu * memu / (1.0 - memu)
+            lllc = 1.0 + pl[PL_LLC_CONT] * llcu * llcu / (1.0 - llcu)
+            for w in range(nw):
+                p = prm[b, w]
+                if p[P_ACTIVE] < 0.5:
+                    continue
+                mba_mult = 1.0 + pl[PL_MBA_DELAY] * (100.0 / max(alloc[b, w, A_MBA], 1.0) - 1.0)
+                fcore = 1.0 - p[P_FLLC] - p[P_FMEM]
+                mref = max(p[P_LLC_MREF], 1e-6)
+                slow[w] = fcore * fnom / freq[w] + p[P_FLLC] * lllc + p[P_FMEM] * (miss[w] / mref) * lmem * mba_mult
+                if alloc[b, w, A_MOVED] > 0.5:
+                    slow[w] *= 1.0 + pl[PL_MIG_PEN]
+                if p[P_KIND] > 0.5:
+                    rnew = busy[w] * speed[w] / slow[w]
+                    rate[w] = rnew if _it == 0 else 0.5 * rate[w] + 0.5 * rnew
+        nout[b, N_MEMU] = memu
+        nout[b, N_LLCU] = llcu
+        # ---------------- 7a. disk -----------------------------------------------------------
+        iops = pl[PL_DISK_IOPS]
+        seqbw = pl[PL_DISK_SEQ]
+        for w in range(nw):
+            p = prm[b, w]
+            tmp[w] = 0.0
+            tmp2[w] = 1.0
+            if p[P_ACTIVE] < 0.5:
+                continue
+            io_rate = rate[w] * p[P_PAGES] * mm[w]
+            seq = rate[w] * p[P_SEQ_MB]
+            d = io_rate / iops + seq / seqbw
+            cap_mb = alloc[b, w, A_DISK]
+            if io_rate > 0.0:
+                cap_t = (cap_mb * 1000.0 / max(p[P_IO_KB], 4.0)) / iops
+            else:
+                cap_t = cap_mb / seqbw
+            tmp[w] = min(d, cap_t) if d > 0.0 else 0.0
+        _maxmin(tmp, tmp2, 1.0, tmp3, nw)  # tmp3 = disk-time shares actually used
+        seq_share = 0.0
+        for w in range(nw):
+            if prm[b, w, P_ACTIVE] > 0.5 and prm[b, w, P_SEQ_MB] > 0.0:
+                seq_share += tmp3[w]
+        # ---------------- 7b. network --------------------------------------------------------
+        link = pl[PL_NET_GBPS]
+        for w in range(nw):
+            p = prm[b, w]
+            tmp[w] = 0.0
+            tmp2[w] = 0.0
+            if p[P_ACTIVE] < 0.5:
+                continue
+            dem = rate[w] * p[P_NET_GBIT]
+            tmp[w] = min(dem, alloc[b, w, A_NET])
+            tmp2[w] = max(p[P_FLOWS], 1.0)
+        net_alloc = np.zeros(nw)
+        _maxmin(tmp, tmp2, link, net_alloc, nw)
+        used_link = 0.0
+        for w in range(nw):
+            used_link += net_alloc[w]
+        linku = used_link / link
+        nout[b, N_LINKU] = linku
+        congest = pl[PL_NET_CONG_S] if (rate_sum_demand(tmp, nw) > 0.95 * link) else 0.0
+        # ---------------- 8. per component outputs --------------------------------------------
+        tot_mbw = 0.0
+        for w in range(nw):
+            p = prm[b, w]
+            o = out[b, w]
+            for j in range(NO):
+                o[j] = 0.0
+            if p[P_ACTIVE] < 0.5:
+                o[O_P99] = math.nan
+                continue
+            mref = max(p[P_LLC_MREF], 1e-6)
+            mbw_w = rate[w] * p[P_DRAM] * miss[w] / mref
+            o[O_LLC] = state[b, w, S_OCC]
+            o[O_MEM] = state[b, w, S_RES]
+            o[O_FREQ] = freq[w]
+            o[O_SLOW] = slow[w]
+            o[O_NET] = net_alloc[w]
+            io_rate = rate[w] * p[P_PAGES] * mm[w]
+            o[O_DISK] = io_rate * max(p[P_IO_KB], 4.0) / 1000.0 + rate[w] * p[P_SEQ_MB]
+            kc = alloc[b, w, A_CORES]
+            if p[P_KIND] > 0.5:
+                o[O_PROG] = rate[w]
+                o[O_MBW] = mbw_w
+                tot_mbw += mbw_w
+                o[O_UTIL] = min(1.0, busy[w] / kc) if kc > 0.0 else 0.0
+                state[b, w, S_RATE] = rate[w]
+                state[b, w, S_BUSY] = busy[w]
+                state[b, w, S_INIT] = 1.0
+                o[O_P99] = math.nan
+                continue
+            # ---- LC app: queueing ----
+            nthr = p[P_THREADS]
+            lam = arrivals[b, w] / dt
+            svc = p[P_SREF] * slow[w] / max(speed[w], 1e-6)
+            mu = 1.0 / svc
+            cpu_cap = nthr * mu
+            # disk: per-IO sojourn on this component's disk share
+            mf = p[P_PAGES] * mm[w]  # faults per request
+            q_io = 0.0
+            r_io = 0.0
+            disk_cap = 1e300
+            if mf > 1e-9:
+                mu_d = max(tmp3[w], 1e-9) * iops
+                # the share is what it uses when unsaturated; it could use more if others leave room
+                room = 1.0
+                for v in range(nw):
+                    if v != w:
+                        room -= tmp3[v]
+                cap_t = (alloc[b, w, A_DISK] * 1000.0 / max(p[P_IO_KB], 4.0)) / iops
+                mu_d = max(mu_d, min(room, cap_t) * iops)
+                lam_d = lam * mf
+                disk_cap = mu_d / mf
+                per_io = 1.0 / max(mu_d - lam_d, 0.02 * mu_d) + seq_share * pl[PL_DISK_SLICE_S] * 0.5
+                q_io = 1.0 - math.exp(-mf)
+                r_io = 1.0 / (per_io * mf / q_io)
+            # network
+            bits = p[P_NET_GBIT]
+            net_cap = 1e300
+            r_net = 0.0
+            if bits > 0.0:
+                others = 0.0
+                for v in range(nw):
+                    if v != w:
+                        others += net_alloc[v]
+                avail = min(alloc[b, w, A_NET], link - others)
+                avail = max(avail, net_alloc[w])
+                net_cap = avail / bits
+                if net_cap > lam:
+                    r_net = net_cap - lam
+            mu_tot = min(cpu_cap, disk_cap, net_cap)
+            rho = lam / cpu_cap
+            o[O_RHO] = rho
+            o[O_CAP] = mu_tot
+            # stochastic part at the (capped) utilisation of the CPU queue
+            lam_q = min(lam, 0.995 * mu_tot, 0.995 * cpu_cap)
+            if p[P_PERTHREAD] > 0.5:
+                c = 1
+                lam_c = lam_q / nthr
+            else:
+                c = int(nthr + 0.5)
+                lam_c = lam_q
+            a = lam_c / mu
+            cw = _erlang_c(c, a) if lam_c > 0.0 else 0.0
+            theta = (c * mu - lam_c) * 2.0 / (1.0 + p[P_CV2])
+            nt = 0
+            if cw > 1e-12:
+                if abs(mu - theta) < 1e-6 * mu:
+                    theta = mu * (1.0 - 1e-3)
+                coef[0] = (1.0 - cw) - cw * theta / (mu - theta)
+                rt[0] = mu
+                coef[1] = cw * mu / (mu - theta)
+                rt[1] = theta
+                nt = 2
+            else:
+                coef[0] = 1.0
+                rt[0] = mu
+                nt = 1
+            nt = _convolve(coef, rt, nt, q_io, r_io)
+            nt = _convolve(coef, rt, nt, pwait[w], 1.0 / pl[PL_SCHED_S])
+            if r_net > 0.0:
+                nt = _convolve(coef, rt, nt, 1.0, r_net)
+            # fluid backlog carried across intervals
+            q0 = state[b, w, S_Q]
+            q1 = q0 + (lam - mu_tot) * dt
+            dropped = 0.0
+            fb = 0.0
+            wa = 0.0
+            wb = 0.0
+            if q1 > 0.0:
+                qmax = mu_tot * p[P_TIMEOUT_S]
+                if q1 > qmax:
+                    dropped = q1 - qmax
+                    q1 = qmax
+                fb = 1.0
+                wa = q0 / mu_tot
+                wb = q1 / mu_tot
+                if wa > wb:
+                    wa, wb = wb, wa
+            else:
+                if q0 > 0.0 and mu_tot > lam:
+                    tdrain = q0 / (mu_tot - lam)
+                    fb = min(1.0, tdrain / dt)
+                    wa = 0.0
+                    wb = q0 / mu_tot
+                q1 = 0.0
+            state[b, w, S_Q] = q1
+            shift = p[P_BASE_S] + congest
+            o[O_TAIL_T] = _tail_total(p[P_QOS_S] - shift, coef, rt, nt, fb, wa, wb)
+            u = usample[b, w]
+            n_req = arrivals[b, w]
+            if n_req > 0.0 and dropped > 0.01 * n_req:
+                o[O_P99] = p[P_TIMEOUT_S] + shift
+                o[O_TAIL_T] = 1.0
+            elif math.isnan(u):
+                o[O_P99] = math.nan
+            else:
+                o[O_P99] = shift + _quantile(1.0 - u, coef, rt, nt, fb, wa, wb)
+            served = max(0.0, (arrivals[b, w] + q0 - q1 - dropped) / dt)
+            o[O_SERVED] = served
+            o[O_DROPPED] = dropped / dt
+            busy_next = min(nthr, served * svc)
+            state[b, w, S_BUSY] = busy_next
+            o[O_UTIL] = min(1.0, busy_next / kc) if kc > 0.0 else 0.0
+            mbw_w = served * p[P_DRAM] * miss[w] / mref
+            o[O_MBW] = mbw_w
+            tot_mbw += mbw_w
+            state[b, w, S_RATE] = served
+            state[b, w, S_CAP] = mu_tot
+            state[b, w, S_INIT] = 1.0
+        nout[b, N_MBW] = tot_mbw
+
+
+@njit(cache=True, inline="always")
+def rate_sum_demand(dem, n):
+    s = 0.0
+    for i in range(n):
+        s += dem[i]
+    return s
+
+
+def new_arrays(nb: int, nw: int) -> dict[str, np.ndarray]:
+    """Zeroed arrays for `nb` nodes of `nw` components."""
+    return {
+        "plat": np.zeros((nb, NPL)),
+        "prm": np.zeros((nb, nw, NP)),
+        "alloc": np.zeros((nb, nw, NA)),
+        "state": np.zeros((nb, nw, NS)),
+        "arrivals": np.zeros((nb, nw)),
+        "usample": np.full((nb, nw), np.nan),
+        "out": np.zeros((nb, nw, NO)),
+        "nout": np.zeros((nb, NNO)),
+    }

@@ -1,0 +1,223 @@
+"""`SimNode`: the `Node` protocol over one simulated server (DESIGN §3, §4).
+
+Time is a `SimClock`. `reset` starts the scenario at t = 0 with the initial allocation (PARTIES'
+fair start unless told otherwise) and simulates the first interval. `observe` simulates every
+interval up to the clock's `now()` with the allocation in force and returns the last one;
+`apply` validates, diffs (thread migrations and CLOS changes cost a little, see env.sim.model) and
+takes effect from the next interval. `step(allocation)` is apply + one interval + observe, the fast
+path used by the Gymnasium env and the benchmarks.
+
+An interval with no request (a lightly loaded slow app such as Sphinx at 14 rps x 10%) reports
+`requests = 0` and the app's expected p99 over that interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from env.allocations import fair_allocation
+from env.node import SimClock
+from env.sim import model as M
+from env.sim.engine import Layout, SimBatch, alloc_rows, be_alone_progress, build_layout, lc_profile_of
+from env.sim.scenario import Scenario, load_scenario
+from env.types import (
+    Allocation,
+    AppSample,
+    AppSpec,
+    BeSample,
+    Capabilities,
+    Observation,
+    Usage,
+    validate_allocation,
+)
+
+_CHUNK = 512  # intervals of load precomputed at a time
+
+
+class SimNode:
+    def __init__(
+        self,
+        scenario: Scenario | str,
+        *,
+        seed: int | None = None,
+        clock: SimClock | None = None,
+        initial: Callable[[Capabilities], Allocation] = fair_allocation,
+    ) -> None:
+        self._clock = clock or SimClock()
+        self._initial = initial
+        self._scenario = load_scenario(scenario) if isinstance(scenario, str) else scenario
+        self._seed = self._scenario.seed if seed is None else seed
+        self._obs: Observation | None = None
+        self.reset(self._seed, self._scenario)
+
+    # ---- Node protocol ---------------------------------------------------------------------------
+    @property
+    def clock(self) -> SimClock:
+        return self._clock
+
+    @property
+    def scenario(self) -> Scenario:
+        return self._scenario
+
+    def capabilities(self) -> Capabilities:
+        return self._caps
+
+    def current_allocation(self) -> Allocation:
+        return self._alloc
+
+    def reset(self, seed: int | None = None, scenario: Scenario | str | None = None) -> Observation:
+        if scenario is not None:
+            self._scenario = load_scenario(scenario) if isinstance(scenario, str) else scenario
+        scn = self._scenario
+        self._seed = scn.seed if seed is None else seed
+        rng = np.random.default_rng(self._seed)
+        self._layout: Layout = build_layout(scn)
+        lay = self._layout
+        self._sim = SimBatch([lay], rng)
+        self._traces = [t.build(rng) for t in scn.traces]
+        self._profiles = [lc_profile_of(scn, i) for i in range(len(scn.apps))]
+        self._max_rps = np.array([p.max_load_rps for p in self._profiles])
+        apps = [
+            AppSpec(
+                name=e.instance,
+                kind="lc",
+                qos_target_us=p.qos_target_us,
+                max_load_rps=p.max_load_rps,
+                stateless=p.stateless,
+                in_memory=p.in_memory,
+            )
+            for e, p in zip(scn.apps, self._profiles)
+        ]
+        apps += [AppSpec(name=b, kind="be") for b in scn.be]
+        pl = lay.platform
+        self._dt = pl.interval_s
+        self._caps = pl.capabilities(apps)
+        self._be_norm = {b: be_alone_progress(lay.components[idx[0]].profile, scn.platform) for b, idx in lay.be.items()}
+        self._lc_idx = np.array(lay.lc, dtype=int)
+        self._lam = np.zeros((1, self._sim.W))
+        self._load_t0 = -1
+        self._loads = np.zeros((len(self._lc_idx), 0))
+        self._k = 0  # intervals simulated
+        self._clock.reset()
+        self._alloc = self._initial(self._caps)
+        validate_allocation(self._alloc, self._caps)
+        self._sim.set_alloc_rows(0, alloc_rows(lay, self._alloc, None))
+        self._obs = self._advance()
+        self._clock.sleep_until(self._k * self._dt)
+        return self._obs
+
+    def apply(self, allocation: Allocation) -> Allocation:
+        if allocation is self._alloc:
+            return allocation
+        validate_allocation(allocation, self._caps)
+        self._sim.set_alloc_rows(0, alloc_rows(self._layout, allocation, self._alloc))
+        self._alloc = allocation
+        return allocation
+
+    def observe(self) -> Observation:
+        while self._k * self._dt < self._clock.now() - 1e-9:
+            self._obs = self._advance()
+        assert self._obs is not None
+        return self._obs
+
+    def close(self) -> None:
+        """Nothing to restore in simulation; idempotent."""
+
+    # ---- fast path --------------------------------------------------------------------------------
+    def step(self, allocation: Allocation | None = None) -> Observation:
+        """Apply `allocation` (if given), simulate one interval, return its observation."""
+        if allocation is not None:
+            self.apply(allocation)
+        self._clock.sleep_until((self._k + 1) * self._dt)
+        return self.observe()
+
+    @property
+    def time_s(self) -> float:
+        return self._k * self._dt
+
+    def tail_at_target(self) -> dict[str, float]:
+        """Ground truth for the last interval: P(latency > QoS target) per LC app (not observable on
+        a real node; used by calibration and analysis)."""
+        out = self._sim.a["out"][0]
+        return {self._layout.components[w].entity: float(out[w, M.O_TAIL_T]) for w in self._lc_idx}
+
+    # ---- internals ---------------------------------------------------------------------------------
+    def _load_fracs(self, k: int) -> np.ndarray:
+        if not (self._load_t0 <= k < self._load_t0 + self._loads.shape[1]):
+            self._load_t0 = k
+            t = (k + np.arange(_CHUNK) + 0.5) * self._dt
+            self._loads = np.stack([tr.values(t) for tr in self._traces]) if self._traces else np.zeros((0, _CHUNK))
+        return self._loads[:, k - self._load_t0]
+
+    def _advance(self) -> Observation:
+        frac = self._load_fracs(self._k)
+        lam_rps = frac * self._max_rps
+        self._lam[0, self._lc_idx] = lam_rps
+        self._sim.step(self._lam, empty_u=0.99)  # no request: the expected p99 (module docstring)
+        self._k += 1
+        return self._observation(frac, lam_rps)
+
+    def _observation(self, frac: np.ndarray, lam_rps: np.ndarray) -> Observation:
+        a = self._sim.a
+        out, nout, arr = a["out"][0], a["nout"][0], a["arrivals"][0]
+        lay = self._layout
+        samples = []
+        for j, w in enumerate(self._lc_idx):
+            o = out[w]
+            samples.append(
+                AppSample(
+                    name=lay.components[w].entity,
+                    p99_us=float(o[M.O_P99]) * 1e6,
+                    target_us=self._profiles[j].qos_target_us,
+                    load_rps=float(lam_rps[j]),
+                    load_frac=float(frac[j]),
+                    served_rps=float(o[M.O_SERVED]),
+                    dropped_rps=float(o[M.O_DROPPED]),
+                    requests=int(arr[w]),
+                    usage=_usage(o),
+                )
+            )
+        bes = []
+        for name, idx in lay.be.items():
+            prog = float(out[list(idx), M.O_PROG].sum())
+            rows = out[list(idx)]
+            alloc_cores = self._alloc[name].cores
+            busy = sum(lay.components[i].profile.classes[lay.components[i].cls].threads for i in idx) if alloc_cores > 0 else 0
+            bes.append(
+                BeSample(
+                    name=name,
+                    throughput=prog / self._be_norm[name],
+                    usage=Usage(
+                        cpu_util=min(1.0, busy / alloc_cores) if alloc_cores > 0 else 0.0,
+                        llc_mb=float(rows[:, M.O_LLC].sum()),
+                        mem_bw_gbps=float(rows[:, M.O_MBW].sum()),
+                        memory_gb=float(rows[:, M.O_MEM].sum()),
+                        disk_mbps=float(rows[:, M.O_DISK].sum()),
+                        net_gbps=float(rows[:, M.O_NET].sum()),
+                        freq_mhz=float(rows[0, M.O_FREQ]),
+                    ),
+                )
+            )
+        return Observation(
+            time_s=self._k * self._dt,
+            interval_s=self._dt,
+            apps=tuple(samples),
+            be=tuple(bes),
+            allocation=self._alloc,
+            mem_bw_gbps=float(nout[M.N_MBW]),
+            power_w=float(nout[M.N_POWER]),
+        )
+
+
+def _usage(o: np.ndarray) -> Usage:
+    return Usage(
+        cpu_util=float(o[M.O_UTIL]),
+        llc_mb=float(o[M.O_LLC]),
+        mem_bw_gbps=float(o[M.O_MBW]),
+        memory_gb=float(o[M.O_MEM]),
+        disk_mbps=float(o[M.O_DISK]),
+        net_gbps=float(o[M.O_NET]),
+        freq_mhz=float(o[M.O_FREQ]),
+    )

@@ -1,0 +1,155 @@
+"""Hardware platforms for the simulator, loaded from `configs/node/*.yaml` (DESIGN §4).
+
+A platform is the managed part of one server: physical cores (IRQ cores excluded), hyperthreads,
+DVFS levels and turbo under a shared socket power budget, LLC ways and CAT classes of service, MBA
+where present, memory capacity and bandwidth, a disk and a network link. The defaults describe
+PARTIES Table 1 (one socket of a dual Xeon E5-2699 v4, 8 of its 22 cores reserved for network
+interrupts, Sec. 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from env.config import ConfigError, build, load_yaml, resolve_config
+from env.types import Capabilities, Resource
+
+
+@dataclass(frozen=True)
+class LlcSpec:
+    ways: int
+    mb: float
+    clos: int  # CAT classes of service (hardware partitions)
+    bandwidth_gbps: float = 400.0  # uncore (ring + LLC) bandwidth before contention builds up
+    contention: float = 0.3  # LLC latency growth with uncore utilisation u: 1 + c*u^2/(1-u)
+    min_ways: int = 1
+
+
+@dataclass(frozen=True)
+class MbaSpec:
+    levels_pct: tuple[int, ...] = ()  # empty: no MBA (PARTIES Table 3: "no mechanism available")
+    delay: float = 0.0  # memory-latency growth under throttle p%: 1 + delay*(100/p - 1)
+
+
+@dataclass(frozen=True)
+class FreqSpec:
+    min_mhz: int
+    nominal_mhz: int  # highest userspace-governor level; base frequency
+    step_mhz: int = 100
+    turbo_mhz: int = 0  # max single-core turbo; 0 = no turbo level
+    all_core_turbo_mhz: int = 0
+
+
+@dataclass(frozen=True)
+class PowerSpec:
+    tdp_w: float
+    uncore_w: float
+    core_idle_w: float
+    core_dynamic_w: float  # one busy core at nominal frequency, power factor 1
+    irq_active_cores: float = 0.0  # IRQ cores counted busy for turbo bins and power
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    gb: float  # usable by apps (OS reservation excluded)
+    bandwidth_gbps: float  # peak streaming DRAM bandwidth
+    latency_ns: float = 90.0
+    queueing: float = 0.15  # loaded latency: 1 + q*u^2/(1-u) at utilisation u
+    reclaim_gbps: float = 2.0  # how fast the kernel reclaims memory after a limit is lowered
+    step_gb: float = 1.0
+
+
+@dataclass(frozen=True)
+class DiskSpec:
+    iops: float  # random reads per second
+    seq_mbps: float  # sequential bandwidth
+    step_mbps: float
+    slice_ms: float = 100.0  # I/O scheduler time slice a competing stream can hold the disk for
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    gbps: float
+    step_gbps: float = 0.5
+    congestion_delay_ms: float = 1.0  # standing queue once the link saturates
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str
+    description: str
+    cores: int  # managed physical cores
+    threads_per_core: int
+    socket_cores: int  # all cores of the socket (turbo bins count them)
+    llc: LlcSpec
+    freq: FreqSpec
+    power: PowerSpec
+    memory: MemorySpec
+    disk: DiskSpec
+    network: NetworkSpec
+    mba: MbaSpec = MbaSpec()
+    sched_wakeup_delay_ms: float = 2.0  # CFS wake-up delay behind a CPU hog on the same hyperthread
+    migration_penalty: float = 0.05  # service slowdown during the interval its cores changed
+    interval_s: float = 0.5
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        f = self.freq
+        if not (0 < f.min_mhz <= f.nominal_mhz):
+            raise ConfigError(f"platform {self.name}: need 0 < freq.min_mhz <= freq.nominal_mhz")
+        if f.turbo_mhz and f.turbo_mhz <= f.nominal_mhz:
+            raise ConfigError(f"platform {self.name}: freq.turbo_mhz must exceed nominal_mhz (or be 0)")
+        if self.cores < 1 or self.cores > self.socket_cores:
+            raise ConfigError(f"platform {self.name}: cores must be in 1..socket_cores")
+        if self.llc.ways < 1 or self.llc.clos < 1:
+            raise ConfigError(f"platform {self.name}: llc.ways and llc.clos must be >= 1")
+        for p in self.mba.levels_pct:
+            if not 0 < p <= 100:
+                raise ConfigError(f"platform {self.name}: mba.levels_pct must be in 1..100, got {p}")
+
+    @property
+    def freq_levels_mhz(self) -> tuple[int, ...]:
+        f = self.freq
+        levels = tuple(range(f.min_mhz, f.nominal_mhz + 1, f.step_mhz))
+        return levels + ((f.turbo_mhz,) if f.turbo_mhz else ())
+
+    @property
+    def mb_per_way(self) -> float:
+        return self.llc.mb / self.llc.ways
+
+    def capabilities(self, apps=()) -> Capabilities:
+        return Capabilities(
+            node_name=self.name,
+            interval_s=self.interval_s,
+            cores=float(self.cores),
+            core_step=1.0,
+            llc_ways=self.llc.ways,
+            clos_count=self.llc.clos,
+            freq_levels_mhz=self.freq_levels_mhz,
+            nominal_freq_mhz=self.freq.nominal_mhz,
+            memory_gb=self.memory.gb,
+            memory_step_gb=self.memory.step_gb,
+            disk_mbps=self.disk.seq_mbps,
+            disk_step_mbps=self.disk.step_mbps,
+            net_gbps=self.network.gbps,
+            net_step_gbps=self.network.step_gbps,
+            mba_levels_pct=tuple(self.mba.levels_pct),
+            turbo=bool(self.freq.turbo_mhz),
+            knobs=frozenset(Resource),
+            apps=tuple(apps),
+            min_llc_ways=self.llc.min_ways,
+            min_memory_gb=self.memory.step_gb,
+            tdp_w=self.power.tdp_w,
+        )
+
+
+@cache
+def _load_platform(path: str) -> Platform:
+    return build(Platform, load_yaml(path), where=Path(path).name)
+
+
+def load_platform(name_or_path: str | Path = "parties") -> Platform:
+    """A platform by name (`configs/node/<name>.yaml`) or by path."""
+    return _load_platform(str(resolve_config("node", name_or_path)))

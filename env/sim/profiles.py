@@ -1,0 +1,166 @@
+"""Workload profiles: physical quantities per app, one set used in every experiment (DESIGN §4).
+
+Two kinds, both from `configs/apps/*.yaml`:
+
+* `LcProfile`: a latency-critical service (PARTIES Table 2). Its service time per request is
+  split into a core part (scales with 1/frequency), an LLC part (scales with uncore contention) and
+  a DRAM part (scales with its LLC miss ratio and the loaded memory latency). Requests queue on
+  its threads (`queue: per_thread` for event-driven servers whose connections are pinned to
+  worker threads, `shared` for a worker pool). Memory beyond what is resident becomes page faults
+  served by the disk; responses cross the network link.
+* `BatchProfile`: a throughput job made of thread classes (the PARTIES BE job; the Table 3
+  antagonists). Antagonists carry a placement relative to the LC app they stress.
+
+*Max load* is the knee of the latency-vs-load curve (PARTIES Sec. 3.2), so one quantity of each
+LC app is derived rather than given (`env.sim.engine.reference_knee`): the app alone on its
+reference allocation at max load meets its target in 97% of the 500 ms intervals. For a
+CPU-bound app (`knee: cpu`) that quantity is its service time per request; for an I/O-bound app
+(`knee: disk`, MongoDB) it is the page touches per request that miss to disk, and its service time
+comes from its CPU share (`service_us`).
+Parameters marked "fitted" come from `python -m env.sim.fit` (they are written into the YAML by
+it); all others are from the papers or documented physical estimates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from env.config import CONFIGS, ConfigError, build, load_yaml, resolve_config
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Where max load was measured (PARTIES Sec. 3.3: 8 threads on 8 physical cores, one per core,
+    the whole LLC, the performance governor, no co-runner)."""
+
+    platform: str = "parties"
+    cores: int = 8
+
+
+@dataclass(frozen=True)
+class LcProfile:
+    name: str
+    description: str
+    qos_target_us: float  # PARTIES Table 2
+    max_load_rps: float  # PARTIES Table 2 (the knee)
+    threads: int
+    queue: Literal["per_thread", "shared"]
+    # service-time composition at nominal frequency, reference occupancy, idle memory (fitted)
+    frac_llc: float
+    frac_mem: float
+    smt_speed: float  # per-thread speed while the sibling hyperthread is busy (fitted)
+    base_latency_us: float  # network round trip and client time, outside the server (fitted)
+    # LLC: miss ratio m(x) = miss_min + (1 - miss_min) * exp(-x / llc_kappa_mb) over occupancy x
+    llc_kappa_mb: float
+    llc_miss_min: float
+    llc_accesses_per_req: float  # L2 misses per request (LLC accesses)
+    dram_bytes_per_req: float  # PARTIES Table 2 memory bandwidth / max load
+    # memory: a Zipf-popular data set accessed through memory; non-resident pages fault to disk
+    dataset_gb: float
+    zipf: float
+    pages_per_req: float
+    io_kb: float  # bytes read from disk per fault
+    net_bytes_per_req: float  # PARTIES Table 2 network bandwidth / max load
+    service_cv2: float = 1.0  # squared coefficient of variation of the service time
+    power_factor: float = 0.8
+    net_flows: float = 8.0  # client connections, for the link's per-flow fairness
+    timeout_ms: float = 0.0  # requests waiting longer are dropped; 0 -> 20 x the QoS target
+    memory_gb: float = 0.0  # resident footprint reported by PARTIES Table 2 (informational)
+    knee: Literal["cpu", "disk"] = "cpu"
+    service_us: float = 0.0  # knee: disk only - CPU time per request at nominal frequency
+    stateless: bool = False
+    in_memory: bool = False
+    reference: Reference = field(default_factory=Reference)
+    source: str = ""
+    fitted: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.qos_target_us <= 0 or self.max_load_rps <= 0 or self.threads < 1:
+            raise ConfigError(f"app {self.name}: qos_target_us, max_load_rps and threads must be positive")
+        if not (self.frac_llc >= 0 and self.frac_mem >= 0 and self.frac_llc + self.frac_mem < 1):
+            raise ConfigError(f"app {self.name}: need frac_llc, frac_mem >= 0 and frac_llc + frac_mem < 1")
+        if not 0 < self.smt_speed <= 1:
+            raise ConfigError(f"app {self.name}: smt_speed must be in (0, 1]")
+        if not 0 <= self.llc_miss_min <= 1:
+            raise ConfigError(f"app {self.name}: llc_miss_min must be in [0, 1]")
+        if self.knee == "disk" and self.service_us <= 0:
+            raise ConfigError(f"app {self.name}: knee: disk needs service_us (its CPU time per request)")
+
+    @property
+    def kind(self) -> str:
+        return "lc"
+
+    @property
+    def frac_core(self) -> float:
+        return 1.0 - self.frac_llc - self.frac_mem
+
+    @property
+    def timeout_s(self) -> float:
+        return (self.timeout_ms or 20 * self.qos_target_us / 1000) / 1000
+
+
+@dataclass(frozen=True)
+class ThreadClass:
+    """A group of identical threads of a batch job. Rates are per thread at full speed."""
+
+    threads: int
+    frac_llc: float = 0.0
+    frac_mem: float = 0.0
+    smt_speed: float = 0.6
+    power_factor: float = 1.0
+    llc_access_gbps: float = 0.0  # LLC access bandwidth (64 B lines)
+    llc_footprint_mb: float = 0.0  # streamed array per thread; its misses go to DRAM
+    memory_gb: float = 0.0  # resident data, streamed uniformly
+    disk_mbps: float = 0.0  # sequential reads
+    net_gbps: float = 0.0
+    net_flows: float = 0.0
+
+
+@dataclass(frozen=True)
+class BatchProfile:
+    name: str
+    description: str
+    classes: tuple[ThreadClass, ...]
+    # where an antagonist runs relative to the LC app it stresses (PARTIES Table 3)
+    placement: Literal["allocated", "same_threads", "sibling_threads", "free_cores"] = "allocated"
+    source: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "batch"
+
+    @property
+    def threads(self) -> int:
+        return sum(c.threads for c in self.classes)
+
+
+Profile = LcProfile | BatchProfile
+
+
+def _parse(data: dict, where: str) -> Profile:
+    if not isinstance(data, dict) or "kind" not in data:
+        raise ConfigError(f"{where}: a profile needs `kind: lc` or `kind: batch`")
+    data = dict(data)
+    kind = data.pop("kind")
+    if kind == "lc":
+        return build(LcProfile, data, where)
+    if kind == "batch":
+        return build(BatchProfile, data, where)
+    raise ConfigError(f"{where}.kind: {kind!r} is not allowed; choose one of ['lc', 'batch']")
+
+
+@cache
+def _load_profile(path: str) -> Profile:
+    return _parse(load_yaml(path), Path(path).name)
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """An app or batch profile by name (`configs/apps/<name>.yaml`) or path."""
+    return _load_profile(str(resolve_config("apps", name_or_path)))
+
+
+def known_profiles() -> list[str]:
+    return sorted(p.stem for p in (CONFIGS / "apps").glob("*.yaml"))

@@ -1,0 +1,199 @@
+"""Scenarios: what runs on the node during an episode (DESIGN §4, §5).
+
+A scenario YAML (`configs/scenarios/*.yaml`) names the platform, the LC apps with a load trace
+each, the BE jobs, the duration and warm-up, and a seed:
+
+```yaml
+name: fig9-ramp
+description: PARTIES Fig. 9 - memcached ramps 10% -> 60% and back; xapian 20%, moses 10%
+platform: parties          # configs/node/<platform>.yaml
+duration_s: 200
+warmup_s: 0                # intervals before this are not scored
+seed: 0
+apps:                      # LC apps; `name` defaults to `app` and must be unique
+  - app: memcached         # configs/apps/<app>.yaml
+    load: {kind: ramp, points: [[0, 0.1], [25, 0.1], [55, 0.6], [115, 0.6], [145, 0.1]]}
+  - {app: xapian, load: 0.2}          # a bare number is a constant load (fraction of max load)
+  - {app: moses, load: 0.1}
+be: [be_parties]           # best-effort jobs (batch profiles); [] for none
+```
+
+Load traces are documented in `env.sim.traces`. `overrides` on an app entry changes deployment
+parameters only (`threads`, `dataset_gb`, `net_flows`): the app's intrinsic service time stays the
+one derived at its reference deployment. `antagonists` (calibration only) adds PARTIES Table 3
+interference: `{profile: llc_capacity, target: memcached}`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from env.config import ConfigError, build, load_yaml, resolve_config
+from env.sim.platform import Platform, load_platform
+from env.sim.profiles import BatchProfile, LcProfile, known_profiles, load_profile
+from env.sim.traces import TraceSpec, parse_trace
+
+DEPLOYMENT_FIELDS = ("threads", "dataset_gb", "net_flows")
+
+
+@dataclass(frozen=True)
+class AppEntry:
+    app: str
+    name: str = ""
+    load: Any = 0.5
+    overrides: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def instance(self) -> str:
+        return self.name or self.app
+
+
+@dataclass(frozen=True)
+class AntagonistEntry:
+    profile: str
+    target: str = ""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    apps: tuple[AppEntry, ...]
+    description: str = ""
+    platform: str = "parties"
+    be: tuple[str, ...] = ("be_parties",)
+    antagonists: tuple[AntagonistEntry, ...] = ()
+    duration_s: float = 120.0
+    warmup_s: float = 30.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        validate_scenario(self)
+
+    # -- resolved pieces ----------------------------------------------------------------------
+    @cached_property
+    def platform_spec(self) -> Platform:
+        return load_platform(self.platform)
+
+    @cached_property
+    def lc_profiles(self) -> tuple[LcProfile, ...]:
+        out = []
+        for e in self.apps:
+            prof = load_profile(e.app)
+            assert isinstance(prof, LcProfile)
+            out.append(prof)
+        return tuple(out)
+
+    @cached_property
+    def traces(self) -> tuple[TraceSpec, ...]:
+        return tuple(parse_trace(e.load, f"{self.name}.apps[{i}].load") for i, e in enumerate(self.apps))
+
+    @property
+    def app_names(self) -> tuple[str, ...]:
+        return tuple(e.instance for e in self.apps)
+
+    @property
+    def be_names(self) -> tuple[str, ...]:
+        return tuple(self.be)
+
+    def with_loads(self, loads: dict[str, Any]) -> Scenario:
+        """A copy with some apps' load traces replaced (a number is a constant load)."""
+        apps = tuple(dataclasses.replace(e, load=loads.get(e.instance, e.load)) for e in self.apps)
+        return dataclasses.replace(self, apps=apps)
+
+
+def validate_scenario(s: Scenario) -> None:
+    where = f"scenario {s.name!r}"
+    try:
+        s.platform_spec  # noqa: B018 - loads and validates the platform
+    except ConfigError as e:
+        raise ConfigError(f"{where}.platform: {e}") from None
+    if not s.apps and not s.be:
+        raise ConfigError(f"{where}: needs at least one app or BE job")
+    names = [e.instance for e in s.apps] + list(s.be)
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ConfigError(f"{where}: duplicate app/BE names {sorted(dup)}; give instances a `name`")
+    for i, e in enumerate(s.apps):
+        try:
+            prof = load_profile(e.app)
+        except ConfigError:
+            raise ConfigError(
+                f"{where}.apps[{i}].app: unknown app {e.app!r}; known: {known_profiles()}"
+            ) from None
+        if not isinstance(prof, LcProfile):
+            raise ConfigError(f"{where}.apps[{i}].app: {e.app!r} is a batch job, not an LC app (put it under `be`)")
+        bad = set(e.overrides) - set(DEPLOYMENT_FIELDS)
+        if bad:
+            raise ConfigError(f"{where}.apps[{i}].overrides: {sorted(bad)} not allowed; allowed: {list(DEPLOYMENT_FIELDS)}")
+        parse_trace(e.load, f"{where}.apps[{i}].load")
+    for i, b in enumerate(s.be):
+        try:
+            prof = load_profile(b)
+        except ConfigError:
+            raise ConfigError(f"{where}.be[{i}]: unknown BE job {b!r}; known: {known_profiles()}") from None
+        if not isinstance(prof, BatchProfile):
+            raise ConfigError(f"{where}.be[{i}]: {b!r} is an LC app, not a batch job")
+    for i, a in enumerate(s.antagonists):
+        try:
+            prof = load_profile(a.profile)
+        except ConfigError:
+            raise ConfigError(f"{where}.antagonists[{i}].profile: unknown {a.profile!r}") from None
+        if not isinstance(prof, BatchProfile):
+            raise ConfigError(f"{where}.antagonists[{i}]: {a.profile!r} is not a batch profile")
+        if prof.placement in ("same_threads", "sibling_threads") and a.target not in [e.instance for e in s.apps]:
+            raise ConfigError(f"{where}.antagonists[{i}].target: {a.target!r} is not an LC app of the scenario")
+    if s.duration_s <= 0 or s.warmup_s < 0 or s.warmup_s >= s.duration_s:
+        raise ConfigError(f"{where}: need duration_s > warmup_s >= 0")
+
+
+def parse_scenario(data: Any, where: str) -> Scenario:
+    if isinstance(data, dict) and "apps" in data and isinstance(data["apps"], list):
+        data = dict(data)
+        apps = []
+        for i, e in enumerate(data["apps"]):
+            if isinstance(e, str):
+                e = {"app": e}
+            apps.append(build(AppEntry, e, f"{where}.apps[{i}]"))
+        data["apps"] = [dataclasses.asdict(a) for a in apps]
+    return build(Scenario, data, where)
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """A scenario by name (`configs/scenarios/<name>.yaml`) or by path."""
+    path = resolve_config("scenarios", name_or_path)
+    return parse_scenario(load_yaml(path), path.name)
+
+
+def simple_scenario(
+    apps: dict[str, Any] | list[str],
+    *,
+    platform: str = "parties",
+    be: tuple[str, ...] = ("be_parties",),
+    duration_s: float = 90.0,
+    warmup_s: float = 30.0,
+    seed: int = 0,
+    name: str = "adhoc",
+    antagonists: tuple[AntagonistEntry, ...] = (),
+    overrides: dict[str, dict[str, float]] | None = None,
+) -> Scenario:
+    """A scenario from code: `apps` maps profile (or `profile:instance`) to a load."""
+    if isinstance(apps, list):
+        apps = {a: 0.5 for a in apps}
+    entries = []
+    for key, load in apps.items():
+        prof, _, inst = key.partition(":")
+        entries.append(AppEntry(app=prof, name=inst, load=load, overrides=(overrides or {}).get(inst or prof, {})))
+    return Scenario(
+        name=name,
+        apps=tuple(entries),
+        platform=platform,
+        be=tuple(be),
+        antagonists=antagonists,
+        duration_s=duration_s,
+        warmup_s=warmup_s,
+        seed=seed,
+    )
