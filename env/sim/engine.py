@@ -350,6 +350,7 @@ class SimBatch:
         self.W = max(width or 0, max((lay.n for lay in layouts), default=1))
         self.rng = rng
         self.a = M.new_arrays(self.B, self.W)
+        self.lam = np.zeros((self.B, self.W))  # offered rps per LC component, set before step()
         self.layouts: list[Layout | None] = [None] * self.B
         for i, lay in enumerate(layouts):
             self.set_layout(i, lay)
@@ -367,11 +368,13 @@ class SimBatch:
     def set_alloc_rows(self, i: int, rows: np.ndarray) -> None:
         self.a["alloc"][i, : rows.shape[0]] = rows
 
-    def step(self, lam: np.ndarray, empty_u: float = np.nan) -> None:
-        """One interval. `lam` (B, W): offered request rate per LC component (ignored elsewhere).
+    def step(self, empty_u: float = np.nan, index: int | None = None) -> None:
+        """One interval for every node (or only node `index`), at the offered rates in `self.lam`.
         An LC component that received no request gets the quantile point `empty_u` (NaN: its p99
         is NaN; 0.99: its expected p99)."""
-        a = self.a
+        sl = slice(None) if index is None else slice(index, index + 1)
+        a = {k: v[sl] for k, v in self.a.items()}  # views: the kernel writes through them
+        lam = self.lam[sl]
         dt = a["plat"][:, M.PL_DT][:, None]
         is_lc = (a["prm"][:, :, M.P_KIND] < 0.5) & (a["prm"][:, :, M.P_ACTIVE] > 0.5)
         mean = np.where(is_lc, np.maximum(lam, 0.0) * dt, 0.0)

@@ -7,6 +7,9 @@ interval up to the clock's `now()` with the allocation in force and returns the 
 takes effect from the next interval. `step(allocation)` is apply + one interval + observe, the fast
 path used by the Gymnasium env and the benchmarks.
 
+`SimFleet` is the batched mode: B `SimNode`s are views over one `SimBatch`, so one kernel call
+advances all of them while each keeps the exact observation code of a single node.
+
 An interval with no request (a lightly loaded slow app such as Sphinx at 14 rps x 10%) reports
 `requests = 0` and the app's expected p99 over that interval.
 """
@@ -44,7 +47,11 @@ class SimNode:
         seed: int | None = None,
         clock: SimClock | None = None,
         initial: Callable[[Capabilities], Allocation] = fair_allocation,
+        _batch: SimBatch | None = None,
+        _index: int = 0,
     ) -> None:
+        self._batch = _batch
+        self._index = _index
         self._clock = clock or SimClock()
         self._initial = initial
         self._scenario = load_scenario(scenario) if isinstance(scenario, str) else scenario
@@ -75,7 +82,11 @@ class SimNode:
         rng = np.random.default_rng(self._seed)
         self._layout: Layout = build_layout(scn)
         lay = self._layout
-        self._sim = SimBatch([lay], rng)
+        if self._batch is None:
+            self._sim = SimBatch([lay], rng)
+        else:
+            self._sim = self._batch
+            self._sim.set_layout(self._index, lay)
         self._traces = [t.build(rng) for t in scn.traces]
         self._profiles = [lc_profile_of(scn, i) for i in range(len(scn.apps))]
         self._max_rps = np.array([p.max_load_rps for p in self._profiles])
@@ -96,14 +107,13 @@ class SimNode:
         self._caps = pl.capabilities(apps)
         self._be_norm = {b: be_alone_progress(lay.components[idx[0]].profile, scn.platform) for b, idx in lay.be.items()}
         self._lc_idx = np.array(lay.lc, dtype=int)
-        self._lam = np.zeros((1, self._sim.W))
         self._load_t0 = -1
         self._loads = np.zeros((len(self._lc_idx), 0))
         self._k = 0  # intervals simulated
         self._clock.reset()
         self._alloc = self._initial(self._caps)
         validate_allocation(self._alloc, self._caps)
-        self._sim.set_alloc_rows(0, alloc_rows(lay, self._alloc, None))
+        self._sim.set_alloc_rows(self._index, alloc_rows(lay, self._alloc, None))
         self._obs = self._advance()
         self._clock.sleep_until(self._k * self._dt)
         return self._obs
@@ -112,7 +122,7 @@ class SimNode:
         if allocation is self._alloc:
             return allocation
         validate_allocation(allocation, self._caps)
-        self._sim.set_alloc_rows(0, alloc_rows(self._layout, allocation, self._alloc))
+        self._sim.set_alloc_rows(self._index, alloc_rows(self._layout, allocation, self._alloc))
         self._alloc = allocation
         return allocation
 
@@ -140,7 +150,7 @@ class SimNode:
     def tail_at_target(self) -> dict[str, float]:
         """Ground truth for the last interval: P(latency > QoS target) per LC app (not observable on
         a real node; used by calibration and analysis)."""
-        out = self._sim.a["out"][0]
+        out = self._sim.a["out"][self._index]
         return {self._layout.components[w].entity: float(out[w, M.O_TAIL_T]) for w in self._lc_idx}
 
     # ---- internals ---------------------------------------------------------------------------------
@@ -151,17 +161,27 @@ class SimNode:
             self._loads = np.stack([tr.values(t) for tr in self._traces]) if self._traces else np.zeros((0, _CHUNK))
         return self._loads[:, k - self._load_t0]
 
-    def _advance(self) -> Observation:
+    def _prepare(self) -> None:
+        """Set this node's offered load for the next interval in the shared batch."""
         frac = self._load_fracs(self._k)
-        lam_rps = frac * self._max_rps
-        self._lam[0, self._lc_idx] = lam_rps
-        self._sim.step(self._lam, empty_u=0.99)  # no request: the expected p99 (module docstring)
+        self._frac, self._lam_rps = frac, frac * self._max_rps
+        self._sim.lam[self._index, self._lc_idx] = self._lam_rps
+
+    def _finish(self) -> Observation:
+        """Account for the interval the batch just simulated and build its observation."""
         self._k += 1
-        return self._observation(frac, lam_rps)
+        self._obs = self._observation(self._frac, self._lam_rps)
+        return self._obs
+
+    def _advance(self) -> Observation:
+        self._prepare()
+        # no request in an interval: report the expected p99 (module docstring)
+        self._sim.step(empty_u=0.99, index=None if self._batch is None else self._index)
+        return self._finish()
 
     def _observation(self, frac: np.ndarray, lam_rps: np.ndarray) -> Observation:
-        a = self._sim.a
-        out, nout, arr = a["out"][0], a["nout"][0], a["arrivals"][0]
+        a, i = self._sim.a, self._index
+        out, nout, arr = a["out"][i], a["nout"][i], a["arrivals"][i]
         lay = self._layout
         samples = []
         for j, w in enumerate(self._lc_idx):
@@ -221,3 +241,51 @@ def _usage(o: np.ndarray) -> Usage:
         net_gbps=float(o[M.O_NET]),
         freq_mhz=float(o[M.O_FREQ]),
     )
+
+
+class SimFleet:
+    """B simulated nodes stepped by one kernel call (the batched mode, DESIGN §4).
+
+    `nodes[i]` is a full `SimNode` (capabilities, allocation, observations) whose physics runs in
+    slot i of a shared `SimBatch`. `step` applies one allocation per node (None keeps it) and
+    advances all nodes one interval; `reset(i, ...)` restarts one node with a new scenario.
+    """
+
+    def __init__(
+        self,
+        scenarios: list[Scenario],
+        seed: int = 0,
+        *,
+        width: int = 8,
+        initial: Callable[[Capabilities], Allocation] = fair_allocation,
+    ) -> None:
+        if not scenarios:
+            raise ValueError("a fleet needs at least one scenario")
+        self._ss = np.random.SeedSequence(seed)
+        seeds = self._ss.spawn(len(scenarios) + 1)
+        self.batch = SimBatch([build_layout(s) for s in scenarios], np.random.default_rng(seeds[0]), width)
+        self.nodes = [
+            SimNode(s, seed=int(sd.generate_state(1)[0]), initial=initial, _batch=self.batch, _index=i)
+            for i, (s, sd) in enumerate(zip(scenarios, seeds[1:]))
+        ]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def reset(self, i: int, seed: int | None = None, scenario: Scenario | str | None = None) -> Observation:
+        return self.nodes[i].reset(seed, scenario)
+
+    def step(self, allocations: list[Allocation | None] | None = None) -> list[Observation]:
+        allocations = allocations or [None] * len(self.nodes)
+        if len(allocations) != len(self.nodes):
+            raise ValueError(f"got {len(allocations)} allocations for {len(self.nodes)} nodes")
+        for node, alloc in zip(self.nodes, allocations):
+            if alloc is not None:
+                node.apply(alloc)
+            node._prepare()
+        self.batch.step(empty_u=0.99)
+        out = []
+        for node in self.nodes:
+            node.clock.sleep_until((node._k + 1) * node._dt)
+            out.append(node._finish())
+        return out
