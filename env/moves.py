@@ -1,0 +1,117 @@
+"""Where a move's unit comes from or goes to: one rule for every controller (DESIGN §3).
+
+PARTIES Sec. 4.2.4 (Alg. 4, `find_victim_application`): an UP move takes one unit from the BE
+jobs first; otherwise from the LC app with the most tail-latency slack, except for memory, where
+the victim is the app with the most memory slack (allocated - used) as long as it exceeds 1 GB,
+to avoid OOM kills. Unallocated (idle) resources are taken before anything is reclaimed from
+another app. A DOWN move gives the unit to the BE jobs, or leaves it idle when there are none.
+Frequency is a per-core setting: it has no counterpart.
+
+`plan_move` returns the new allocation together with the counterpart it chose, so that PARTIES can
+apply its anti-ping-pong rule to the victim; `move_mask` gives the feasibility of all eleven moves
+of an app (the action mask of the Gymnasium env).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from env.types import (
+    N_MOVES,
+    Allocation,
+    AllocationError,
+    Capabilities,
+    Direction,
+    Move,
+    Observation,
+    Resource,
+)
+
+MEM_VICTIM_MIN_SLACK_GB = 1.0  # PARTIES Sec. 4.2.4
+
+
+@dataclass(frozen=True)
+class PlannedMove:
+    """The outcome of planning `move` for `app`: the allocation after it (None if infeasible),
+    the counterpart (victim of an UP move / recipient of a DOWN move; None = idle pool) and why."""
+
+    app: str
+    move: Move
+    allocation: Allocation | None
+    counterpart: str | None
+    reason: str
+
+    @property
+    def feasible(self) -> bool:
+        return self.allocation is not None
+
+
+def memory_slack_gb(obs: Observation, alloc: Allocation) -> dict[str, float]:
+    """Allocated minus resident memory per LC app (PARTIES' memory slack)."""
+    return {s.name: alloc[s.name].memory_gb - s.usage.memory_gb for s in obs.apps if s.name in alloc}
+
+
+def _latency_slack(obs: Observation) -> dict[str, float]:
+    out = {}
+    for s in obs.apps:
+        v = s.slack
+        out[s.name] = v if math.isfinite(v) else -math.inf  # unknown slack never makes a victim
+    return out
+
+
+def victim_candidates(obs: Observation, alloc: Allocation, caps: Capabilities, app: str, res: Resource) -> list[str | None]:
+    """Counterparts for an UP move of `res`, in PARTIES' order of preference (None = idle pool)."""
+    order: list[str | None] = [None]
+    order += [b.name for b in caps.be_apps if b.name in alloc]
+    others = [s.name for s in obs.apps if s.name != app and s.name in alloc]
+    lat = _latency_slack(obs)
+    if res is Resource.MEM:
+        mem = memory_slack_gb(obs, alloc)
+        rich = sorted((n for n in others if mem.get(n, 0.0) > MEM_VICTIM_MIN_SLACK_GB), key=lambda n: -mem[n])
+        order += rich
+        order += sorted((n for n in others if n not in rich), key=lambda n: -lat[n])
+    else:
+        order += sorted(others, key=lambda n: -lat[n])
+    return order
+
+
+def plan_move(obs: Observation, caps: Capabilities, app: str, move: Move, alloc: Allocation | None = None) -> PlannedMove:
+    """The allocation after `move` for `app`, with the counterpart chosen by the rule above."""
+    alloc = obs.allocation if alloc is None else alloc
+    if move is Move.HOLD:
+        return PlannedMove(app, move, alloc, None, "hold")
+    res = move.resource
+    assert res is not None
+    if res is Resource.FREQ:
+        reason = alloc.infeasible_reason(app, move, caps)
+        return PlannedMove(app, move, None if reason else alloc.with_move(app, move, caps), None, reason)
+    if move.direction is Direction.DOWN:
+        recipients: list[str | None] = [*[b.name for b in caps.be_apps if b.name in alloc][:1], None]
+        reasons = []
+        for r in recipients:
+            why = alloc.infeasible_reason(app, move, caps, r)
+            if not why:
+                return PlannedMove(app, move, alloc.with_move(app, move, caps, r), r, "")
+            reasons.append(why)
+        return PlannedMove(app, move, None, None, reasons[-1])
+    reasons = []
+    for v in victim_candidates(obs, alloc, caps, app, res):
+        why = alloc.infeasible_reason(app, move, caps, v)
+        if not why:
+            try:
+                return PlannedMove(app, move, alloc.with_move(app, move, caps, v), v, "")
+            except AllocationError as e:  # pragma: no cover - infeasible_reason and with_move agree
+                why = str(e)
+        reasons.append(why)
+    return PlannedMove(app, move, None, None, f"no victim can give one unit of {res.value}: {reasons[-1] if reasons else ''}")
+
+
+def move_mask(obs: Observation, caps: Capabilities, app: str, alloc: Allocation | None = None) -> np.ndarray:
+    """Feasibility of the eleven moves (HOLD first) for `app`, as a boolean array."""
+    mask = np.zeros(N_MOVES, dtype=bool)
+    for m in Move:
+        mask[m.value] = plan_move(obs, caps, app, m, alloc).feasible
+    return mask
