@@ -44,7 +44,7 @@ def test_memory_victim_is_the_app_with_most_memory_slack(obs_caps):
     a0 = obs.allocation
     spare = a0["be_parties"].memory_gb - caps.min_memory_gb
     alloc = a0.replace_app("be_parties", memory_gb=caps.min_memory_gb).replace_app(
-        "nginx", memory_gb=a0["nginx"].memory_gb + spare
+        "memcached", memory_gb=a0["memcached"].memory_gb + spare
     )  # BE cannot give and nothing is idle
     assert alloc.idle_memory_gb == 0
     obs = _with_slacks(obs, xapian=0.9, nginx=0.1)  # nginx has more latency slack...
