@@ -116,7 +116,9 @@ P_TIMEOUT_S = 25
 P_PLACE = 26  # 0 allocated, 1 same hyperthreads as target, 2 sibling hyperthreads, 3 free cores
 P_TARGET = 27  # component index an antagonist is pinned to
 P_QOS_S = 28
-NP = 29
+P_BUSY = 29  # batch: fraction of time each thread is runnable (dd and iperf mostly wait)
+P_IOS = 30  # sequential disk reads per page-cache miss event (index + data pages)
+NP = 31
 
 # ---- allocation row -----------------------------------------------------------------------------
 A_CORES = 0
@@ -339,6 +341,26 @@ def _maxmin(demand, weight, capacity, out, m):
             break
 
 
+@njit(cache=True, inline="always")
+def _io_units(p, busy, rate):
+    """Units that scale disk and network demand: requests/s for an LC app; for a batch class its
+    threads while it runs (an I/O-bound thread's demand does not follow its CPU share)."""
+    if p[P_KIND] < 0.5:
+        return rate
+    return p[P_THREADS] if busy > 0.0 else 0.0
+
+
+@njit(cache=True)
+def _greedy_share(demand, weight, capacity, w, cap_w, scratch, out, m):
+    """What component w would get under weighted max-min fairness if it wanted up to cap_w (its
+    fair share even when it currently uses less: TCP flows and I/O-scheduler slices ramp up)."""
+    for i in range(m):
+        scratch[i] = demand[i]
+    scratch[w] = cap_w
+    _maxmin(scratch, weight, capacity, out, m)
+    return out[w]
+
+
 @njit(cache=True)
 def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
     """Advance every node one interval; see the module docstring. Arrays:
@@ -361,6 +383,10 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
     tmp3 = np.zeros(nw)
     coef = np.zeros(8)
     rt = np.zeros(8)
+    disk_dem = np.zeros(nw)
+    ones = np.ones(nw)
+    scratch = np.zeros(nw)
+    scratch2 = np.zeros(nw)
     for b in range(nb):
         pl = plat[b]
         dt = pl[PL_DT]
@@ -376,12 +402,12 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             if p[P_ACTIVE] < 0.5:
                 continue
             if p[P_PLACE] >= 0.5 and p[P_PLACE] < 2.5:
-                busy[w] = p[P_THREADS]
+                busy[w] = p[P_THREADS] * p[P_BUSY]
             elif alloc[b, w, A_CORES] > 0.0:
                 if p[P_KIND] < 0.5:
                     busy[w] = min(p[P_THREADS], state[b, w, S_BUSY])
                 else:
-                    busy[w] = p[P_THREADS]
+                    busy[w] = p[P_THREADS] * p[P_BUSY]
         for w in range(nw):
             p = prm[b, w]
             if p[P_ACTIVE] < 0.5 or (p[P_PLACE] >= 0.5 and p[P_PLACE] < 2.5):
@@ -622,8 +648,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                 r = res_t[w]
             elif res_t[w] > r:
                 npg = p[P_DATA_GB] / PAGE_GB
-                faults = rate[w] * p[P_PAGES] * _miss_mass(r / PAGE_GB, npg, p[P_ZIPF])
-                r = min(res_t[w], r + faults * max(p[P_IO_KB], 4.0) * 1e-6 * dt)
+                reads = rate[w] * p[P_PAGES] * _miss_mass(r / PAGE_GB, npg, p[P_ZIPF]) * p[P_IOS]
+                r = min(res_t[w], r + reads * max(p[P_IO_KB], 4.0) * 1e-6 * dt)
             else:
                 r = max(res_t[w], r - pl[PL_RECLAIM] * dt)
             state[b, w, S_RES] = r
@@ -669,8 +695,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             tmp2[w] = 1.0
             if p[P_ACTIVE] < 0.5:
                 continue
-            io_rate = rate[w] * p[P_PAGES] * mm[w]
-            seq = rate[w] * p[P_SEQ_MB]
+            io_rate = rate[w] * p[P_PAGES] * mm[w] * p[P_IOS]
+            seq = _io_units(p, busy[w], rate[w]) * p[P_SEQ_MB]
             d = io_rate / iops + seq / seqbw
             cap_mb = alloc[b, w, A_DISK]
             if io_rate > 0.0:
@@ -679,6 +705,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                 cap_t = cap_mb / seqbw
             tmp[w] = min(d, cap_t) if d > 0.0 else 0.0
         _maxmin(tmp, tmp2, 1.0, tmp3, nw)  # tmp3 = disk-time shares actually used
+        for w in range(nw):
+            disk_dem[w] = tmp[w]
         seq_share = 0.0
         for w in range(nw):
             if prm[b, w, P_ACTIVE] > 0.5 and prm[b, w, P_SEQ_MB] > 0.0:
@@ -691,7 +719,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             tmp2[w] = 0.0
             if p[P_ACTIVE] < 0.5:
                 continue
-            dem = rate[w] * p[P_NET_GBIT]
+            dem = _io_units(p, busy[w], rate[w]) * p[P_NET_GBIT]
             tmp[w] = min(dem, alloc[b, w, A_NET])
             tmp2[w] = max(p[P_FLOWS], 1.0)
         net_alloc = np.zeros(nw)
@@ -719,8 +747,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             o[O_FREQ] = freq[w]
             o[O_SLOW] = slow[w]
             o[O_NET] = net_alloc[w]
-            io_rate = rate[w] * p[P_PAGES] * mm[w]
-            o[O_DISK] = io_rate * max(p[P_IO_KB], 4.0) / 1000.0 + rate[w] * p[P_SEQ_MB]
+            io_rate = rate[w] * p[P_PAGES] * mm[w] * p[P_IOS]
+            o[O_DISK] = io_rate * max(p[P_IO_KB], 4.0) / 1000.0 + _io_units(p, busy[w], rate[w]) * p[P_SEQ_MB]
             kc = alloc[b, w, A_CORES]
             if p[P_KIND] > 0.5:
                 o[O_PROG] = rate[w]
@@ -738,35 +766,29 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             svc = p[P_SREF] * slow[w] / max(speed[w], 1e-6)
             mu = 1.0 / svc
             cpu_cap = nthr * mu
-            # disk: per-IO sojourn on this component's disk share
-            mf = p[P_PAGES] * mm[w]  # faults per request
+            # disk: miss events per request, each `ios` sequential reads on this app's disk share;
+            # a competing sequential stream holds the disk for up to a scheduler slice per event
+            mf = p[P_PAGES] * mm[w]
+            ios = p[P_IOS]
             q_io = 0.0
             r_io = 0.0
             disk_cap = 1e300
             if mf > 1e-9:
-                mu_d = max(tmp3[w], 1e-9) * iops
-                # the share is what it uses when unsaturated; it could use more if others leave room
-                room = 1.0
-                for v in range(nw):
-                    if v != w:
-                        room -= tmp3[v]
                 cap_t = (alloc[b, w, A_DISK] * 1000.0 / max(p[P_IO_KB], 4.0)) / iops
-                mu_d = max(mu_d, min(room, cap_t) * iops)
-                lam_d = lam * mf
-                disk_cap = mu_d / mf
-                per_io = 1.0 / max(mu_d - lam_d, 0.02 * mu_d) + seq_share * pl[PL_DISK_SLICE_S] * 0.5
+                fair = _greedy_share(disk_dem, ones, 1.0, w, cap_t, scratch, scratch2, nw)
+                mu_d = max(fair, tmp3[w], 1e-9) * iops
+                lam_d = lam * mf * ios
+                disk_cap = mu_d / (mf * ios)
+                per_read = 1.0 / max(mu_d - lam_d, 0.02 * mu_d)
+                per_event = ios * per_read + seq_share * pl[PL_DISK_SLICE_S] * 0.5
                 q_io = 1.0 - math.exp(-mf)
-                r_io = 1.0 / (per_io * mf / q_io)
+                r_io = 1.0 / (per_event * mf / q_io)
             # network
             bits = p[P_NET_GBIT]
             net_cap = 1e300
             r_net = 0.0
             if bits > 0.0:
-                others = 0.0
-                for v in range(nw):
-                    if v != w:
-                        others += net_alloc[v]
-                avail = min(alloc[b, w, A_NET], link - others)
+                avail = _greedy_share(tmp, tmp2, link, w, alloc[b, w, A_NET], scratch, scratch2, nw)
                 avail = max(avail, net_alloc[w])
                 net_cap = avail / bits
                 if net_cap > lam:

@@ -107,6 +107,12 @@ class SimNode:
         self._caps = pl.capabilities(apps)
         self._be_norm = {b: be_alone_progress(lay.components[idx[0]].profile, scn.platform) for b, idx in lay.be.items()}
         self._lc_idx = np.array(lay.lc, dtype=int)
+        self._lc_list = list(lay.lc)
+        self._names = [c.entity for c in lay.components]
+        self._targets = [p.qos_target_us for p in self._profiles]
+        self._be_threads = {
+            b: sum(lay.components[w].profile.classes[lay.components[w].cls].threads for w in idx) for b, idx in lay.be.items()
+        }
         self._load_t0 = -1
         self._loads = np.zeros((len(self._lc_idx), 0))
         self._k = 0  # intervals simulated
@@ -181,42 +187,43 @@ class SimNode:
 
     def _observation(self, frac: np.ndarray, lam_rps: np.ndarray) -> Observation:
         a, i = self._sim.a, self._index
-        out, nout, arr = a["out"][i], a["nout"][i], a["arrivals"][i]
-        lay = self._layout
+        n = self._layout.n
+        out = a["out"][i, :n].tolist()  # plain floats: cheaper than numpy scalars per field
+        nout = a["nout"][i].tolist()
+        arr = a["arrivals"][i, :n].tolist()
+        fr, lam = frac.tolist(), lam_rps.tolist()
         samples = []
-        for j, w in enumerate(self._lc_idx):
+        for j, w in enumerate(self._lc_list):
             o = out[w]
             samples.append(
                 AppSample(
-                    name=lay.components[w].entity,
-                    p99_us=float(o[M.O_P99]) * 1e6,
-                    target_us=self._profiles[j].qos_target_us,
-                    load_rps=float(lam_rps[j]),
-                    load_frac=float(frac[j]),
-                    served_rps=float(o[M.O_SERVED]),
-                    dropped_rps=float(o[M.O_DROPPED]),
+                    name=self._names[w],
+                    p99_us=o[M.O_P99] * 1e6,
+                    target_us=self._targets[j],
+                    load_rps=lam[j],
+                    load_frac=fr[j],
+                    served_rps=o[M.O_SERVED],
+                    dropped_rps=o[M.O_DROPPED],
                     requests=int(arr[w]),
                     usage=_usage(o),
                 )
             )
         bes = []
-        for name, idx in lay.be.items():
-            prog = float(out[list(idx), M.O_PROG].sum())
-            rows = out[list(idx)]
-            alloc_cores = self._alloc[name].cores
-            busy = sum(lay.components[i].profile.classes[lay.components[i].cls].threads for i in idx) if alloc_cores > 0 else 0
+        for name, idx in self._layout.be.items():
+            rows = [out[w] for w in idx]
+            cores = self._alloc[name].cores
             bes.append(
                 BeSample(
                     name=name,
-                    throughput=prog / self._be_norm[name],
+                    throughput=sum(r[M.O_PROG] for r in rows) / self._be_norm[name],
                     usage=Usage(
-                        cpu_util=min(1.0, busy / alloc_cores) if alloc_cores > 0 else 0.0,
-                        llc_mb=float(rows[:, M.O_LLC].sum()),
-                        mem_bw_gbps=float(rows[:, M.O_MBW].sum()),
-                        memory_gb=float(rows[:, M.O_MEM].sum()),
-                        disk_mbps=float(rows[:, M.O_DISK].sum()),
-                        net_gbps=float(rows[:, M.O_NET].sum()),
-                        freq_mhz=float(rows[0, M.O_FREQ]),
+                        cpu_util=min(1.0, self._be_threads[name] / cores) if cores > 0 else 0.0,
+                        llc_mb=sum(r[M.O_LLC] for r in rows),
+                        mem_bw_gbps=sum(r[M.O_MBW] for r in rows),
+                        memory_gb=sum(r[M.O_MEM] for r in rows),
+                        disk_mbps=sum(r[M.O_DISK] for r in rows),
+                        net_gbps=sum(r[M.O_NET] for r in rows),
+                        freq_mhz=rows[0][M.O_FREQ],
                     ),
                 )
             )
@@ -226,20 +233,20 @@ class SimNode:
             apps=tuple(samples),
             be=tuple(bes),
             allocation=self._alloc,
-            mem_bw_gbps=float(nout[M.N_MBW]),
-            power_w=float(nout[M.N_POWER]),
+            mem_bw_gbps=nout[M.N_MBW],
+            power_w=nout[M.N_POWER],
         )
 
 
-def _usage(o: np.ndarray) -> Usage:
+def _usage(o: list[float]) -> Usage:
     return Usage(
-        cpu_util=float(o[M.O_UTIL]),
-        llc_mb=float(o[M.O_LLC]),
-        mem_bw_gbps=float(o[M.O_MBW]),
-        memory_gb=float(o[M.O_MEM]),
-        disk_mbps=float(o[M.O_DISK]),
-        net_gbps=float(o[M.O_NET]),
-        freq_mhz=float(o[M.O_FREQ]),
+        cpu_util=o[M.O_UTIL],
+        llc_mb=o[M.O_LLC],
+        mem_bw_gbps=o[M.O_MBW],
+        memory_gb=o[M.O_MEM],
+        disk_mbps=o[M.O_DISK],
+        net_gbps=o[M.O_NET],
+        freq_mhz=o[M.O_FREQ],
     )
 
 

@@ -62,8 +62,9 @@ class LcProfile:
     dataset_gb: float
     zipf: float
     pages_per_req: float
-    io_kb: float  # bytes read from disk per fault
+    io_kb: float  # KB per disk read
     net_bytes_per_req: float  # PARTIES Table 2 network bandwidth / max load
+    ios_per_miss: float = 1.0  # sequential disk reads per page-cache miss event (index + data pages)
     service_cv2: float = 1.0  # squared coefficient of variation of the service time
     power_factor: float = 0.8
     net_flows: float = 8.0  # client connections, for the link's per-flow fairness
@@ -104,9 +105,11 @@ class LcProfile:
 
 @dataclass(frozen=True)
 class ThreadClass:
-    """A group of identical threads of a batch job. Rates are per thread at full speed."""
+    """A group of identical threads of a batch job. Cache and memory rates are per thread at full
+    speed (they follow its progress); disk and network demand are per thread while it runs."""
 
     threads: int
+    cpu_util: float = 1.0  # fraction of time each thread is runnable (I/O-bound threads mostly wait)
     frac_llc: float = 0.0
     frac_mem: float = 0.0
     smt_speed: float = 0.6
@@ -114,8 +117,8 @@ class ThreadClass:
     llc_access_gbps: float = 0.0  # LLC access bandwidth (64 B lines)
     llc_footprint_mb: float = 0.0  # streamed array per thread; its misses go to DRAM
     memory_gb: float = 0.0  # resident data, streamed uniformly
-    disk_mbps: float = 0.0  # sequential reads
-    net_gbps: float = 0.0
+    disk_mbps: float = 0.0  # sequential reads, per thread while the job runs
+    net_gbps: float = 0.0  # egress, per thread while the job runs
     net_flows: float = 0.0
 
 

@@ -1,0 +1,100 @@
+"""`evaluate.py bench`: simulator speed, measured on one core (timing goals live here, never in tests).
+
+Writes `DIR/bench.json` with
+
+* `sim_steps_per_s`: one 3-app node (memcached, xapian, nginx + the BE job) through the Python
+  API: `SimNode.step()` = one interval of physics plus the `Observation` it returns. Goal >= 20,000.
+* `sim_batched_app_steps_per_s`: the batched simulator (`SimBatch.step`: arrival and p99 sampling
+  plus the kernel) over many 3-app nodes, counted in LC app-intervals per second. Goal >= 1,000,000.
+* `fleet_node_steps_per_s`: the batched mode as the vector env uses it (`SimFleet.step`, which also
+  builds one `Observation` per node), for transparency.
+
+Each figure is the median of `--repeats` timed runs after a warm-up (numba compilation excluded).
+The process pins itself to one CPU where the OS allows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform as _platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from env.sim.node import SimFleet, SimNode
+from env.sim.scenario import simple_scenario
+
+GOALS = {"sim_steps_per_s": 20_000, "sim_batched_app_steps_per_s": 1_000_000}
+MIX = {"memcached": 0.5, "xapian": 0.5, "nginx": 0.5}
+
+
+def _rate(fn: Callable[[], None], n: int, repeats: int) -> float:
+    fn()  # warm-up (compilation, caches)
+    rates = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        rates.append(n / (time.perf_counter() - t))
+    return statistics.median(rates)
+
+
+def run(repeats: int = 5, batch: int = 4096) -> dict:
+    try:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        pinned = True
+    except (AttributeError, OSError):
+        pinned = False
+    scn = simple_scenario(MIX, duration_s=1e6, warmup_s=0)
+    node = SimNode(scn, seed=0)
+    steps = _rate(node.step, 2000, repeats)
+
+    fleet_small = SimFleet([scn] * 64, seed=0)
+    fleet_rate = _rate(lambda: fleet_small.step(), 20, repeats) * 64
+
+    fleet = SimFleet([scn] * batch, seed=1)
+    sim = fleet.batch
+    for nd in fleet.nodes:
+        nd._prepare()  # offered loads into the shared batch, as SimFleet.step does
+    n_lc = int(sim._lc.sum())
+    batched = _rate(lambda: sim.step(empty_u=0.99), 10, repeats) * n_lc
+    return {
+        "sim_steps_per_s": round(steps),
+        "sim_batched_app_steps_per_s": round(batched),
+        "fleet_node_steps_per_s": round(fleet_rate),
+        "batched_nodes": batch,
+        "goals": GOALS,
+        "goals_met": {"sim_steps_per_s": steps >= GOALS["sim_steps_per_s"], "sim_batched_app_steps_per_s": batched >= GOALS["sim_batched_app_steps_per_s"]},
+        "pinned_to_one_cpu": pinned,
+        "repeats": repeats,
+        "machine": {"python": _platform.python_version(), "cpu_count": os.cpu_count(), "numpy": np.__version__},
+    }
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench", help="simulator speed (steps/s) on one core", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--out", required=True, type=Path, help="output directory (bench.json)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--batch", type=int, default=4096, help="nodes in the batched measurement")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    if args.repeats < 1 or args.batch < 1:
+        raise SystemExit("bench: --repeats and --batch must be >= 1")
+    res = run(args.repeats, args.batch)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench.json").write_text(json.dumps(res, indent=2))
+    for k in ("sim_steps_per_s", "sim_batched_app_steps_per_s", "fleet_node_steps_per_s"):
+        goal = GOALS.get(k)
+        met = "" if goal is None else (f"  (goal {goal:,}: {'met' if res[k] >= goal else 'NOT met'})")
+        print(f"{k:30s} {res[k]:>12,}{met}")
+    print(f"wrote {args.out / 'bench.json'}")
+    return 0

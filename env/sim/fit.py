@@ -1,0 +1,319 @@
+"""Fit the LC app profiles' free physical parameters to the published measurements.
+
+    python -m env.sim.fit [--apps memcached,nginx] [--maxiter 40] [--seed 0] [--dry-run]
+
+For each app, the parameters that the papers do not give (the split of its service time between
+core, LLC and DRAM, its miss curve, its SMT speed, its service-time variability and its fixed
+client/network latency, its page-popularity skew) are fitted to that app's column of PARTIES Table 4
+and, for memcached, nginx and MongoDB, its row of CoCo Table 1. The knee (max load, Table 2) is not
+fitted: it holds by construction (engine.reference_knee). Everything runs the same simulator code as
+`evaluate.py calibrate` (env.sim.experiments, analytic mode), and the result is written into the
+`configs/apps/<app>.yaml` files (their `fitted:` list names the fitted keys). Re-running it reproduces
+the shipped values (differential evolution with a fixed seed).
+
+Loss per Table 4 cell: the paper reports the highest 10% step met, v, so the simulator's continuous
+max load x should lie in [v, v + 10): zero inside, squared distance (in 10-point units) outside.
+Per CoCo cell: squared difference of the retainment in 10-point units.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+import time
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import differential_evolution
+
+from env.config import CONFIGS, load_yaml
+from env.sim import engine
+from env.sim.experiments import (
+    Setup,
+    alone,
+    analytic_max_load,
+    analytic_meet,
+    mongodb_memory,
+    mongodb_pair,
+    with_antagonist,
+)
+from env.sim.profiles import LcProfile, load_profile
+
+TABLE4_ROWS = (
+    "hyperthread",
+    "cpu",
+    "power",
+    "llc_capacity",
+    "llc_bandwidth",
+    "memory_bandwidth",
+    "memory_capacity",
+    "disk_bandwidth",
+    "network_bandwidth",
+)
+COCO_CAT = (("9", 9), ("6", 6), ("3", 3))
+COCO_MBA = (("80", 80), ("60", 60), ("40", 40), ("20", 20))
+COCO_APPS = ("memcached", "nginx", "mongodb")
+# CoCo Sec. 4 drives MongoDB with YCSB on a 126 GB server; its data set is not given. PARTIES'
+# MongoDB (a 1 TB data set on an HDD) is disk-bound and cannot lose 74% of its load to a 3-way
+# mask, so CoCo's must be served from memory: we assume a 10 GB data set (deployment override).
+COCO_OVERRIDES = {"mongodb": {"dataset_gb": 10.0}}
+LOADS = np.round(np.arange(0.025, 1.5001, 0.025), 4)
+COCO_LOADS = np.round(np.geomspace(0.05, 1000.0, 240), 5)  # in-memory MongoDB serves ~200x its disk-bound max load
+
+
+def calibration_targets() -> tuple[dict, dict]:
+    parties = load_yaml(CONFIGS / "calibration" / "parties.yaml")
+    coco = load_yaml(CONFIGS / "calibration" / "coco.yaml")
+    return parties, coco
+
+
+def table4_paper(app: str) -> dict[str, float]:
+    t4 = calibration_targets()[0]["interference_table4"]["max_load_pct"]
+    j = t4["columns"].index(app)
+    return {r: float(t4[r][j]) for r in TABLE4_ROWS}
+
+
+def coco_paper(app: str) -> dict[str, float]:
+    lr = calibration_targets()[1]["load_retainment_pct"]
+    out = {}
+    for key, k in COCO_CAT:
+        out[f"cat{k}"] = float(lr["cat_mask_bits"][int(key)][app][0])
+    for key, p in COCO_MBA:
+        out[f"mba{p}"] = float(lr["mba_pct"][int(key)][app][0])
+    return out
+
+
+# ---- the experiments, as set-ups ----------------------------------------------------------------
+def table4_setups(app: str) -> list[Setup]:
+    """[no antagonist] + one set-up per Table 4 row."""
+    return [with_antagonist(app, None)] + [with_antagonist(app, r) for r in TABLE4_ROWS]
+
+
+def coco_setups(app: str) -> list[Setup]:
+    """CoCo Sec. 4.1: the app pinned to as many cores as threads (8), full resources, then each CAT
+    mask and MBA level (Table 1)."""
+    ov = COCO_OVERRIDES.get(app, {})
+    threads = load_profile(app).threads
+
+    def mk(**kw) -> Setup:
+        return alone(app, platform="coco", cores=threads, overrides=ov, **kw)
+
+    out = [mk()]
+    out += [mk(ways={app: k}) for _, k in COCO_CAT]
+    out += [mk(mba={app: p}) for _, p in COCO_MBA]
+    return out
+
+
+def table4_sim(app: str) -> dict[str, float]:
+    """Continuous max load (%) per Table 4 row (analytic)."""
+    pm = analytic_meet(table4_setups(app), LOADS)
+    x = analytic_max_load(pm, LOADS) * 100
+    return {r: float(v) for r, v in zip(TABLE4_ROWS, x[1:])}
+
+
+def coco_sim(app: str) -> dict[str, float]:
+    """Load retainment (%) per CoCo Table 1 cell (analytic)."""
+    pm = analytic_meet(coco_setups(app), COCO_LOADS)
+    x = analytic_max_load(pm, COCO_LOADS)
+    keys = [f"cat{k}" for _, k in COCO_CAT] + [f"mba{p}" for _, p in COCO_MBA]
+    return {k: float(100 * v / max(x[0], 1e-9)) for k, v in zip(keys, x[1:])}
+
+
+def cell_loss(x: float, v: float) -> float:
+    lo, hi = v, v + 10.0
+    if v >= 100:
+        hi = np.inf
+    d = lo - x if x < lo else (x - hi if x >= hi else 0.0)
+    return (d / 10.0) ** 2
+
+
+# ---- parameters ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Param:
+    name: str
+    lo: float
+    hi: float
+    log: bool = False
+
+
+COMMON = (
+    Param("frac_llc", 0.0, 0.6),
+    Param("frac_mem", 0.0, 0.8),
+    Param("smt_speed", 0.3, 1.0),
+    Param("llc_kappa_mb", 0.5, 60.0, log=True),
+    Param("llc_miss_min", 0.0, 0.9),
+    Param("service_cv2", 0.5, 8.0, log=True),
+    Param("zipf", 0.3, 1.3),
+)
+BASE = {  # fixed client/network latency: bounded by the QoS target
+    "memcached": Param("base_latency_us", 20, 500, log=True),
+    "xapian": Param("base_latency_us", 20, 3000, log=True),
+    "nginx": Param("base_latency_us", 50, 8000, log=True),
+    "moses": Param("base_latency_us", 50, 8000, log=True),
+    "mongodb": Param("base_latency_us", 200, 100000, log=True),
+    "sphinx": Param("base_latency_us", 1000, 1500000, log=True),
+}
+
+
+EXTRA = {  # MongoDB: reads per page-cache miss event (B-tree and data pages), PARTIES Sec. 5.2.1
+    "mongodb": (Param("ios_per_miss", 1.0, 16.0, log=True),),
+}
+
+
+def params_for(app: str) -> tuple[Param, ...]:
+    return (*COMMON, BASE[app], *EXTRA.get(app, ()))
+
+
+def mongodb_facts() -> dict[str, float]:
+    """The MongoDB facts the fit also matches: the pair's max aggregate load (%, PARTIES Sec. 5.2.1,
+    paper: 160) and P(meet) at 90% load with 50 GB and with 120 GB of memory (Sec. 3.4.2: below
+    60 GB QoS cannot be met at 90% load even with unconstrained disk bandwidth)."""
+    pm = analytic_meet([mongodb_pair()], LOADS, sweep_all=True)
+    pair = 2 * 100 * analytic_max_load(pm, LOADS)[0]
+    mem = analytic_meet([mongodb_memory(50.0), mongodb_memory(120.0)], np.array([0.9]))
+    return {"pair_max_aggregate_pct": float(pair), "p_meet_90pct_50gb": float(mem[0, 0]), "p_meet_90pct_120gb": float(mem[1, 0])}
+
+
+def _decode(params: tuple[Param, ...], z: np.ndarray) -> dict[str, float]:
+    out = {}
+    for p, v in zip(params, z):
+        out[p.name] = float(np.exp(v)) if p.log else float(v)
+    return out
+
+
+def _bounds(params: tuple[Param, ...]) -> list[tuple[float, float]]:
+    return [(np.log(p.lo), np.log(p.hi)) if p.log else (p.lo, p.hi) for p in params]
+
+
+@cache
+def _base(app: str) -> LcProfile:
+    prof = load_profile(app)
+    assert isinstance(prof, LcProfile)
+    return prof
+
+
+class _Patched:
+    """Temporarily serve a candidate profile wherever the simulator loads `app`."""
+
+    def __init__(self, prof: LcProfile) -> None:
+        self.prof = prof
+
+    def __enter__(self):
+        from env.sim import profiles
+
+        self._orig = profiles._load_profile
+        name, prof, orig = self.prof.name, self.prof, self._orig
+
+        def load(path: str):
+            return prof if Path(path).stem == name else orig(path)
+
+        profiles._load_profile = load  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc):
+        from env.sim import profiles
+
+        profiles._load_profile = self._orig  # type: ignore[assignment]
+
+
+def objective(app: str, values: dict[str, float]) -> tuple[float, dict, dict]:
+    if values.get("frac_llc", 0.0) + values.get("frac_mem", 0.0) >= 0.95:
+        return 1e3, {}, {}
+    prof = dataclasses.replace(_base(app), **values)
+    with _Patched(prof):
+        try:
+            engine.reference_knee(prof)
+        except ValueError:
+            return 1e3, {}, {}
+        t4 = table4_sim(app)
+        paper4 = table4_paper(app)
+        loss = sum(cell_loss(t4[r], paper4[r]) for r in TABLE4_ROWS)
+        cc: dict[str, float] = {}
+        if app in COCO_APPS:
+            cc = coco_sim(app)
+            paperc = coco_paper(app)
+            loss += sum(((cc[k] - paperc[k]) / 10.0) ** 2 for k in cc)
+        if app == "mongodb":
+            f = mongodb_facts()
+            cc = {**cc, **f}
+            loss += ((f["pair_max_aggregate_pct"] - 160.0) / 10.0) ** 2
+            loss += 4.0 * f["p_meet_90pct_50gb"] ** 2 + 4.0 * (1.0 - f["p_meet_90pct_120gb"]) ** 2
+    return float(loss), t4, cc
+
+
+def fit_app(app: str, maxiter: int, seed: int, popsize: int = 8) -> dict[str, float]:
+    params = params_for(app)
+    t0 = time.time()
+    evals = [0]
+
+    def f(z: np.ndarray) -> float:
+        evals[0] += 1
+        return objective(app, _decode(params, z))[0]
+
+    res = differential_evolution(
+        f, _bounds(params), maxiter=maxiter, popsize=popsize, seed=seed, tol=1e-6, polish=False, updating="deferred"
+    )
+    best = _decode(params, res.x)
+    print(f"{app}: loss {res.fun:.3f} after {evals[0]} evaluations ({time.time() - t0:.0f} s)", file=sys.stderr)
+    return best
+
+
+def write_fitted(app: str, values: dict[str, float]) -> Path:
+    """Replace `key: value` lines of configs/apps/<app>.yaml for the fitted keys (comments kept)."""
+    path = CONFIGS / "apps" / f"{app}.yaml"
+    text = path.read_text()
+    for k, v in values.items():
+        line = f"{k}: {_fmt(v)}"
+        if re.search(rf"^{k}:.*$", text, flags=re.M):
+            text = re.sub(rf"^{k}:.*$", line, text, flags=re.M)
+        else:
+            text = text.rstrip("\n") + f"\n{line}\n"
+    fitted = "fitted: [" + ", ".join(values) + "]"
+    if re.search(r"^fitted:.*$", text, flags=re.M):
+        text = re.sub(r"^fitted:.*$", fitted, text, flags=re.M)
+    else:
+        text = text.rstrip("\n") + f"\n# written by `python -m env.sim.fit`\n{fitted}\n"
+    path.write_text(text)
+    return path
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m env.sim.fit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--apps", default=",".join(BASE), help="comma-separated apps to fit (default: all six)")
+    ap.add_argument("--maxiter", type=int, default=40, help="differential-evolution generations (default 40)")
+    ap.add_argument("--popsize", type=int, default=8, help="population per parameter (default 8)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dry-run", action="store_true", help="print the fit, do not write the YAML files")
+    args = ap.parse_args(argv)
+    apps = [a.strip() for a in args.apps.split(",") if a.strip()]
+    bad = [a for a in apps if a not in BASE]
+    if bad:
+        ap.error(f"unknown app(s) {bad}; choose from {list(BASE)}")
+    for app in apps:
+        best = fit_app(app, args.maxiter, args.seed, args.popsize)
+        loss, t4, cc = objective(app, best)
+        paper4 = table4_paper(app)
+        print(f"\n{app}  loss={loss:.3f}")
+        for k, v in best.items():
+            print(f"  {k:16s} {_fmt(v)}")
+        print("  Table 4 (sim continuous / paper):", ", ".join(f"{r}={t4[r]:.0f}/{paper4[r]:.0f}" for r in TABLE4_ROWS))
+        if app in COCO_APPS:
+            pc = coco_paper(app)
+            print("  CoCo Table 1 (sim / paper):", ", ".join(f"{k}={cc[k]:.0f}/{pc[k]:.0f}" for k in pc))
+        if app == "mongodb":
+            print("  MongoDB facts:", {k: round(v, 3) for k, v in cc.items() if k not in coco_paper(app)})
+        if not args.dry_run:
+            print(f"  wrote {write_fitted(app, best)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
