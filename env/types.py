@@ -16,6 +16,9 @@ Resource model (shared by the simulator and the real node):
 * LLC: each app belongs to a CLOS (`clos`); a CLOS owns `llc_ways` exclusive ways (CAT
   capacity mask) and an MBA throttle (`mba_pct`, 100 = unthrottled). Apps in one CLOS compete
   for its ways.
+* CPU quota: optionally, `cpu_quota` caps the CPU time an app may use within its core group, in
+  cores (CFS quota / period; 0 = no quota). Unused quota stays with the group's other apps, as
+  Intel PRM throttles BE jobs inside a shared cpuset (Q-PRM thesis Sec. 4.1).
 * frequency: a per-core cap (`freq_mhz`) on the app's cores; the highest level of
   `Capabilities.freq_levels_mhz` means turbo (the "performance" governor of PARTIES Table 3).
 * memory, disk and network are per-app limits (cgroup memory limit, blkio throttle, HTB ceil);
@@ -207,6 +210,7 @@ class AppAlloc:
     disk_mbps: float
     net_gbps: float
     mba_pct: int = 100
+    cpu_quota: float = 0.0  # cores of CPU time within the core group; 0 = no quota
 
     def amount(self, resource: Resource) -> float:
         return {
@@ -468,6 +472,8 @@ def validate_allocation(alloc: Allocation, caps: Capabilities) -> None:
             raise AllocationError(f"{a.name}.cores = {a.cores}: allowed {lo_cores}..{caps.cores}")
         if abs(a.cores / caps.core_step - round(a.cores / caps.core_step)) > 1e-6:
             raise AllocationError(f"{a.name}.cores = {a.cores}: must be a multiple of {caps.core_step}")
+        if not (0.0 <= a.cpu_quota <= a.cores + _EPS):
+            raise AllocationError(f"{a.name}.cpu_quota = {a.cpu_quota}: allowed 0 (none)..{a.cores} (its group's cores)")
         if a.core_group in groups and groups[a.core_group] != (a.cores, a.freq_mhz):
             raise AllocationError(
                 f"{a.name}: apps of core group {a.core_group} must agree on cores and freq_mhz"

@@ -127,17 +127,16 @@ def platform_row(pl: Platform) -> np.ndarray:
     return r
 
 
-def _llc_miss(x: float, kappa: float, foot: float, mmin: float, stream: bool) -> float:
-    if stream:
-        return 1.0 if foot <= 0 else max(mmin, 1.0 - x / foot)
-    return mmin + (1.0 - mmin) * math.exp(-x / kappa) if kappa > 0 else mmin
+def llc_footprint_mb(prof: LcProfile) -> float:
+    """Occupancy beyond which the power-law miss curve gains less than 1% of its range."""
+    return min(2000.0, prof.llc_kappa_mb * (100.0 ** (1.0 / prof.llc_alpha) - 1.0))
 
 
 def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
     """The kernel row of an LC app; `knee` = (S_ref in s, page touches per request)."""
     s_ref, pages = knee
     ref = load_platform(prof.reference.platform)
-    foot = 5.0 * prof.llc_kappa_mb
+    foot = llc_footprint_mb(prof)
     r = np.zeros(M.NP)
     r[M.P_ACTIVE] = 1
     r[M.P_KIND] = 0
@@ -149,10 +148,11 @@ def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
     r[M.P_PWR] = prof.power_factor
     r[M.P_LLC_APU] = prof.llc_accesses_per_req
     r[M.P_LLC_KAPPA] = prof.llc_kappa_mb
+    r[M.P_LLC_ALPHA] = prof.llc_alpha
     r[M.P_LLC_FOOT] = foot
     r[M.P_LLC_MMIN] = prof.llc_miss_min
     r[M.P_LLC_STREAM] = 0
-    r[M.P_LLC_MREF] = _llc_miss(min(ref.llc.mb, foot), prof.llc_kappa_mb, foot, prof.llc_miss_min, False)
+    r[M.P_LLC_MREF] = M._miss(min(ref.llc.mb, foot), prof.llc_kappa_mb, prof.llc_alpha, foot, prof.llc_miss_min, 0.0)
     r[M.P_DRAM] = prof.dram_bytes_per_req / 1e9
     r[M.P_DATA_GB] = prof.dataset_gb
     r[M.P_ZIPF] = prof.zipf
@@ -163,6 +163,7 @@ def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
     r[M.P_FLOWS] = prof.net_flows
     r[M.P_BASE_S] = prof.base_latency_us / 1e6
     r[M.P_CV2] = prof.service_cv2
+    r[M.P_SPLIT] = prof.service_split
     r[M.P_PERTHREAD] = 1.0 if prof.queue == "per_thread" else 0.0
     r[M.P_TIMEOUT_S] = prof.timeout_s
     r[M.P_PLACE] = 0
@@ -262,6 +263,7 @@ def _fill(r: np.ndarray, a: AppAlloc) -> None:
     r[M.A_MEM] = a.memory_gb
     r[M.A_DISK] = a.disk_mbps
     r[M.A_NET] = a.net_gbps
+    r[M.A_QUOTA] = a.cpu_quota
 
 
 # ---- derived constants --------------------------------------------------------------------------

@@ -118,7 +118,9 @@ P_TARGET = 27  # component index an antagonist is pinned to
 P_QOS_S = 28
 P_BUSY = 29  # batch: fraction of time each thread is runnable (dd and iperf mostly wait)
 P_IOS = 30  # sequential disk reads per page-cache miss event (index + data pages)
-NP = 31
+P_LLC_ALPHA = 31  # power-law exponent of the miss curve
+P_SPLIT = 32  # service time = two exponential stages with means split f : 1-f (0 = one stage)
+NP = 33
 
 # ---- allocation row -----------------------------------------------------------------------------
 A_CORES = 0
@@ -132,7 +134,8 @@ A_DISK = 7  # MB/s cap
 A_NET = 8  # Gbps cap
 A_MOVED = 9  # cores changed this interval (thread migration)
 A_FLUSH = 10  # CLOS changed this interval (its lines are flushed)
-NA = 11
+A_QUOTA = 11  # CPU quota within the group, cores (0 = none)
+NA = 12
 
 # ---- state --------------------------------------------------------------------------------------
 S_Q = 0  # backlog, requests
@@ -176,15 +179,16 @@ LN100 = math.log(100.0)
 
 
 @njit(cache=True, inline="always")
-def _miss(x, kappa, foot, mmin, stream):
-    """Miss ratio at occupancy x MB: a streamed array (stream) or an exponential reuse curve."""
+def _miss(x, kappa, alpha, foot, mmin, stream):
+    """Miss ratio at occupancy x MB: a streamed array (stream: hits in proportion to the share of
+    the array that fits) or a power-law reuse curve mmin + (1 - mmin) (1 + x/kappa)^-alpha."""
     if stream > 0.5:
         if foot <= 0.0:
             return 1.0
         return max(mmin, 1.0 - x / foot)
     if kappa <= 0.0:
         return mmin
-    return mmin + (1.0 - mmin) * math.exp(-x / kappa)
+    return mmin + (1.0 - mmin) * (1.0 + x / kappa) ** (-alpha)
 
 
 @njit(cache=True)
@@ -408,6 +412,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                     busy[w] = min(p[P_THREADS], state[b, w, S_BUSY])
                 else:
                     busy[w] = p[P_THREADS] * p[P_BUSY]
+                if alloc[b, w, A_QUOTA] > 0.0:  # CFS quota: at most this much CPU time
+                    busy[w] = min(busy[w], alloc[b, w, A_QUOTA])
         for w in range(nw):
             p = prm[b, w]
             if p[P_ACTIVE] < 0.5 or (p[P_PLACE] >= 0.5 and p[P_PLACE] < 2.5):
@@ -433,6 +439,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                     share = tpc * k / tot
                     pwait[w] = min(1.0, (tot - tpc * k) / (tpc * k))
             speed[w] = ((1.0 - p2) + p2 * p[P_SMT]) * share
+            q = alloc[b, w, A_QUOTA]
+            if q > 0.0 and p[P_KIND] < 0.5:  # an LC app's threads share q cores' worth of time
+                speed[w] *= min(1.0, q / p[P_THREADS])
         # antagonists pinned onto an app's hyperthreads (PARTIES Table 3)
         for a in range(nw):
             pa = prm[b, a]
@@ -533,7 +542,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                 for v in range(nw):
                     if tmp[v] > 0.5:
                         pv = prm[b, v]
-                        mv = _miss(tmp3[v], pv[P_LLC_KAPPA], pv[P_LLC_FOOT], pv[P_LLC_MMIN], pv[P_LLC_STREAM])
+                        mv = _miss(tmp3[v], pv[P_LLC_KAPPA], pv[P_LLC_ALPHA], pv[P_LLC_FOOT], pv[P_LLC_MMIN], pv[P_LLC_STREAM])
                         mm[v] = rate[v] * pv[P_LLC_APU] * max(mv, 1e-4)
                         ins_tot += mm[v]
                 left = cap
@@ -572,13 +581,13 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             else:
                 x = state[b, w, S_OCC]
                 if occ_t[w] > x:
-                    mx = _miss(x, p[P_LLC_KAPPA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
+                    mx = _miss(x, p[P_LLC_KAPPA], p[P_LLC_ALPHA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
                     fill = rate[w] * p[P_LLC_APU] * mx * LINE_MB * dt
                     state[b, w, S_OCC] = min(occ_t[w], x + fill)
                 else:
                     state[b, w, S_OCC] = occ_t[w]
             x = state[b, w, S_OCC]
-            miss[w] = _miss(x, p[P_LLC_KAPPA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
+            miss[w] = _miss(x, p[P_LLC_KAPPA], p[P_LLC_ALPHA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
         # ---------------- 4. memory capacity ---------------------------------------------------
         total_need = 0.0
         for w in range(nw):
@@ -808,19 +817,18 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             a = lam_c / mu
             cw = _erlang_c(c, a) if lam_c > 0.0 else 0.0
             theta = (c * mu - lam_c) * 2.0 / (1.0 + p[P_CV2])
-            nt = 0
-            if cw > 1e-12:
-                if abs(mu - theta) < 1e-6 * mu:
-                    theta = mu * (1.0 - 1e-3)
-                coef[0] = (1.0 - cw) - cw * theta / (mu - theta)
-                rt[0] = mu
-                coef[1] = cw * mu / (mu - theta)
-                rt[1] = theta
-                nt = 2
-            else:
-                coef[0] = 1.0
+            # service time: one exponential stage, or two with means f/mu and (1-f)/mu (a lighter
+            # tail: p99 down to ~3.3 means instead of 4.6), then the Erlang-C wait in front of it
+            f = p[P_SPLIT]
+            coef[0] = 1.0
+            if f < 0.01:
                 rt[0] = mu
                 nt = 1
+            else:
+                rt[0] = mu / (1.0 - f)
+                nt = _convolve(coef, rt, 1, 1.0, mu / f)
+            if cw > 1e-12:
+                nt = _convolve(coef, rt, nt, cw, theta)
             nt = _convolve(coef, rt, nt, q_io, r_io)
             nt = _convolve(coef, rt, nt, pwait[w], 1.0 / pl[PL_SCHED_S])
             if r_net > 0.0:

@@ -53,7 +53,7 @@ class LcProfile:
     frac_mem: float
     smt_speed: float  # per-thread speed while the sibling hyperthread is busy (fitted)
     base_latency_us: float  # network round trip and client time, outside the server (fitted)
-    # LLC: miss ratio m(x) = miss_min + (1 - miss_min) * exp(-x / llc_kappa_mb) over occupancy x
+    # LLC: miss ratio m(x) = miss_min + (1 - miss_min) * (1 + x / llc_kappa_mb)^-llc_alpha at occupancy x
     llc_kappa_mb: float
     llc_miss_min: float
     llc_accesses_per_req: float  # L2 misses per request (LLC accesses)
@@ -65,7 +65,9 @@ class LcProfile:
     io_kb: float  # KB per disk read
     net_bytes_per_req: float  # PARTIES Table 2 network bandwidth / max load
     ios_per_miss: float = 1.0  # sequential disk reads per page-cache miss event (index + data pages)
-    service_cv2: float = 1.0  # squared coefficient of variation of the service time
+    llc_alpha: float = 1.0
+    service_cv2: float = 1.0  # variability stretching the queueing wait ((1 + cv2)/2, Allen-Cunneen)
+    service_split: float = 0.0  # service time as two exponential stages split f : 1-f (0 = exponential)
     power_factor: float = 0.8
     net_flows: float = 8.0  # client connections, for the link's per-flow fairness
     timeout_ms: float = 0.0  # requests waiting longer are dropped; 0 -> 20 x the QoS target

@@ -1,0 +1,118 @@
+"""Rewards of the Gymnasium env: QoS first, then BE throughput and reclaimed resources.
+
+The default, `QosFirstReward`, scores the interval that an action produced:
+
+    any LC app misses its target:  r = -(miss_penalty + sum over missing apps of severity_i)
+                                   severity_i = min(p99_i / target_i - 1, severity_cap)
+                                   (a failed latency feed counts as a miss of `invalid_severity`)
+    every LC app meets its target: r = base + be_weight * be_throughput + reclaim_weight * reclaimed
+
+where `be_throughput` is the BE jobs' throughput normalised to the job alone on the node (PARTIES
+Sec. 5.1) and `reclaimed` is the mean, over cores, LLC ways, memory and disk bandwidth, of the
+share of the node that no LC app holds (it is with the BE jobs or idle).
+
+Why this shape: the goal is lexicographic (PARTIES Sec. 4.1, Heracles Sec. 4: meet every QoS
+target, and only then maximise what is left for BE work). With `miss_penalty > 0 <= base`, every
+interval with a miss scores below every interval without one, so no amount of BE throughput can buy
+a violation. Inside the violating region the severity term grades how far off the apps are, so the
+policy is pulled towards recovery instead of seeing a flat -1; the cap keeps an overloaded app
+(p99 at the request timeout, 20x its target) from drowning the signal of the others. Inside the
+safe region, BE throughput is the utilisation PARTIES and Heracles report (EMU), and reclaimed
+resources reward keeping LC apps lean, which is what leaves headroom for BE jobs that are not
+running yet and what PARTIES' downsizing does.
+
+A reward is any callable `(Observation, Capabilities) -> RewardTerms`; `NodeEnv` and the vector
+env take one as an argument, so experiments can swap it without touching the env.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+from env.types import Capabilities, Observation
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Weights of `QosFirstReward` (see the module docstring for the formula and why)."""
+
+    miss_penalty: float = 1.0
+    severity_cap: float = 4.0
+    invalid_severity: float = 1.0
+    base: float = 1.0
+    be_weight: float = 1.0
+    reclaim_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.miss_penalty <= 0:
+            raise ValueError("reward.miss_penalty must be > 0 so that a miss always scores below 0")
+        if self.base < 0 or self.be_weight < 0 or self.reclaim_weight < 0:
+            raise ValueError(
+                "reward.base, be_weight and reclaim_weight must be >= 0 (a met interval scores >= 0)"
+            )
+        if self.severity_cap < 0 or self.invalid_severity < 0:
+            raise ValueError("reward.severity_cap and invalid_severity must be >= 0")
+
+
+@dataclass(frozen=True)
+class RewardTerms:
+    """A reward and its parts (for `info["reward_terms"]` and TensorBoard)."""
+
+    reward: float
+    qos_met: bool
+    violation: float  # sum of severities (0 when every target is met)
+    be_throughput: float
+    reclaimed: float
+
+    def as_info(self) -> dict[str, float]:
+        return {
+            "reward": self.reward,
+            "violation": self.violation,
+            "be_throughput": self.be_throughput,
+            "reclaimed": self.reclaimed,
+        }
+
+
+class RewardFn(Protocol):
+    def __call__(self, obs: Observation, caps: Capabilities) -> RewardTerms: ...
+
+
+def reclaimed_share(obs: Observation, caps: Capabilities) -> float:
+    """Mean over cores, LLC ways, memory and disk of the share of the node no LC app holds.
+
+    Core groups and CLOSes shared by several LC apps are counted once; a group an LC app shares
+    with a BE job counts as held (the LC app competes for all of it)."""
+    alloc = obs.allocation
+    lc = [alloc[a.name] for a in caps.lc_apps if a.name in alloc]
+    cores = sum({a.core_group: a.cores for a in lc}.values()) / caps.cores
+    ways = sum({a.clos: a.llc_ways for a in lc}.values()) / caps.llc_ways
+    memory = sum(a.memory_gb for a in lc) / caps.memory_gb
+    disk = sum(a.disk_mbps for a in lc) / caps.disk_mbps
+    return sum(max(0.0, 1.0 - min(held, 1.0)) for held in (cores, ways, memory, disk)) / 4.0
+
+
+class QosFirstReward:
+    """The default reward (module docstring)."""
+
+    def __init__(self, config: RewardConfig | None = None) -> None:
+        self.config = config or RewardConfig()
+
+    def __call__(self, obs: Observation, caps: Capabilities) -> RewardTerms:
+        c = self.config
+        violation, missed = 0.0, False
+        for s in obs.apps:
+            if not s.valid or not math.isfinite(s.p99_us):
+                if c.invalid_severity > 0:
+                    missed, violation = True, violation + c.invalid_severity
+            elif s.p99_us > s.target_us:
+                missed = True
+                violation += min(s.p99_us / s.target_us - 1.0, c.severity_cap)
+        be = obs.be_throughput
+        reclaimed = reclaimed_share(obs, caps)
+        if missed:
+            reward = -(c.miss_penalty + violation)
+        else:
+            reward = c.base + c.be_weight * be + c.reclaim_weight * reclaimed
+        return RewardTerms(float(reward), not missed, float(violation), float(be), float(reclaimed))

@@ -1,0 +1,116 @@
+"""ScenarioSampler (env.scenario_sampler): seeded, held-out mixes excluded, loads and traces in range."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from env.config import ConfigError
+from env.scenario_sampler import (
+    HELDOUT_MIXES,
+    SHIPPED_LC_APPS,
+    TRACE_KINDS,
+    SamplerConfig,
+    ScenarioSampler,
+    is_heldout,
+    mix_of,
+)
+from env.sim.scenario import parse_scenario
+
+
+@pytest.fixture(scope="module")
+def draws():
+    sampler = ScenarioSampler()
+    rng = np.random.default_rng(0)
+    return [sampler.sample(rng) for _ in range(300)]
+
+
+def test_same_generator_state_same_scenarios():
+    a = [ScenarioSampler().sample(np.random.default_rng(5)) for _ in range(2)]
+    b = ScenarioSampler().sample(np.random.default_rng(6))
+    assert a[0] == a[1] and a[0] != b
+
+
+def test_mixes_cover_every_size_of_distinct_shipped_apps(draws):
+    sizes = Counter(len(s.apps) for s in draws)
+    assert sorted(sizes) == [1, 2, 3, 4, 5, 6]
+    for s in draws:
+        names = [e.app for e in s.apps]
+        assert len(set(names)) == len(names) and set(names) <= set(SHIPPED_LC_APPS)
+
+
+def test_heldout_mixes_are_never_drawn_unless_asked(draws):
+    assert not any(is_heldout(s) for s in draws)
+    apps = ("memcached", "xapian", "nginx")  # three pairs, one of them held out
+    rng = np.random.default_rng(1)
+    excluded = {
+        mix_of(ScenarioSampler(SamplerConfig(apps=apps, min_apps=2, max_apps=2)).sample(rng))
+        for _ in range(60)
+    }
+    included = {
+        mix_of(
+            ScenarioSampler(SamplerConfig(apps=apps, min_apps=2, max_apps=2, exclude_heldout=False)).sample(
+                rng
+            )
+        )
+        for _ in range(60)
+    }
+    assert frozenset({"memcached", "xapian"}) in HELDOUT_MIXES
+    assert excluded == {frozenset({"memcached", "nginx"}), frozenset({"xapian", "nginx"})}
+    assert included == excluded | {frozenset({"memcached", "xapian"})}
+
+
+def test_every_trace_kind_appears_and_loads_stay_in_range(draws):
+    cfg = SamplerConfig()
+    kinds = Counter()
+    for s in draws:
+        t = np.arange(0.0, s.duration_s, 0.5)
+        loads = np.stack([tr.build(np.random.default_rng(0)).values(t) for tr in s.traces])
+        kinds.update(tr.kind for tr in s.traces)
+        assert cfg.duration_s[0] <= s.duration_s <= cfg.duration_s[1]
+        assert loads.min() >= 0.0 and loads.max() <= cfg.load_max + 1e-3
+        assert loads.max(axis=1).sum() <= cfg.max_total_load + 1e-3  # peaks capped in total
+    assert set(kinds) == set(TRACE_KINDS)
+
+
+def test_be_jobs_follow_their_probability():
+    rng = np.random.default_rng(2)
+    always = ScenarioSampler(SamplerConfig(be_probability=1.0))
+    never = ScenarioSampler(SamplerConfig(be_probability=0.0))
+    assert all(always.sample(rng).be == ("be_parties",) for _ in range(20))
+    assert all(never.sample(rng).be == () for _ in range(20))
+
+
+def test_sampled_scenarios_round_trip_through_scenario_yaml_data(draws):
+    s = draws[0]
+    data = {
+        "name": s.name,
+        "apps": [{"app": e.app, "load": e.load} for e in s.apps],
+        "be": list(s.be),
+        "duration_s": s.duration_s,
+        "warmup_s": s.warmup_s,
+        "seed": s.seed,
+    }
+    again = parse_scenario(data, "roundtrip")
+    assert again.traces == s.traces and again.app_names == s.app_names
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"load_min": 0.8, "load_max": 0.5}, "load_min <= load_max"),
+        ({"trace_kinds": ("constant", "square")}, "square"),
+        ({"apps": ("memcached", "be_parties")}, "not an LC app"),
+        ({"min_apps": 4, "max_apps": 3}, "min_apps <= max_apps"),
+    ],
+)
+def test_bad_config_is_refused_with_a_clear_message(fields, match):
+    with pytest.raises(ConfigError, match=match):
+        SamplerConfig(**fields)
+
+
+def test_a_sampler_with_only_heldout_mixes_is_refused():
+    with pytest.raises(ConfigError, match="held out"):
+        ScenarioSampler(SamplerConfig(apps=("memcached", "xapian"), min_apps=2, max_apps=2))
