@@ -22,7 +22,6 @@ import numpy as np
 from env.types import (
     N_MOVES,
     Allocation,
-    AllocationError,
     Capabilities,
     Direction,
     Move,
@@ -78,40 +77,39 @@ def victim_candidates(obs: Observation, alloc: Allocation, caps: Capabilities, a
     return order
 
 
+def _candidates(obs: Observation, alloc: Allocation, caps: Capabilities, app: str, move: Move) -> list[str | None]:
+    """The counterparts tried for `move`, in order (the one rule used by plan_move and move_mask)."""
+    res = move.resource
+    assert res is not None
+    if res is Resource.FREQ:
+        return [None]
+    if move.direction is Direction.DOWN:
+        return [*[b.name for b in caps.be_apps if b.name in alloc][:1], None]
+    return victim_candidates(obs, alloc, caps, app, res)
+
+
 def plan_move(obs: Observation, caps: Capabilities, app: str, move: Move, alloc: Allocation | None = None) -> PlannedMove:
     """The allocation after `move` for `app`, with the counterpart chosen by the rule above."""
     alloc = obs.allocation if alloc is None else alloc
     if move is Move.HOLD:
         return PlannedMove(app, move, alloc, None, "hold")
-    res = move.resource
-    assert res is not None
-    if res is Resource.FREQ:
-        reason = alloc.infeasible_reason(app, move, caps)
-        return PlannedMove(app, move, None if reason else alloc.with_move(app, move, caps), None, reason)
-    if move.direction is Direction.DOWN:
-        recipients: list[str | None] = [*[b.name for b in caps.be_apps if b.name in alloc][:1], None]
-        reasons = []
-        for r in recipients:
-            why = alloc.infeasible_reason(app, move, caps, r)
-            if not why:
-                return PlannedMove(app, move, alloc.with_move(app, move, caps, r), r, "")
-            reasons.append(why)
-        return PlannedMove(app, move, None, None, reasons[-1])
     reasons = []
-    for v in victim_candidates(obs, alloc, caps, app, res):
-        why = alloc.infeasible_reason(app, move, caps, v)
+    for c in _candidates(obs, alloc, caps, app, move):
+        why = alloc.infeasible_reason(app, move, caps, c)
         if not why:
-            try:
-                return PlannedMove(app, move, alloc.with_move(app, move, caps, v), v, "")
-            except AllocationError as e:  # pragma: no cover - infeasible_reason and with_move agree
-                why = str(e)
+            return PlannedMove(app, move, alloc.with_move(app, move, caps, c), c, "")
         reasons.append(why)
-    return PlannedMove(app, move, None, None, f"no victim can give one unit of {res.value}: {reasons[-1] if reasons else ''}")
+    if move.direction is Direction.UP and move.resource is not Resource.FREQ:
+        return PlannedMove(app, move, None, None, f"no victim can give one unit of {move.resource.value}: {reasons[-1] if reasons else ''}")
+    return PlannedMove(app, move, None, None, reasons[-1] if reasons else "infeasible")
 
 
 def move_mask(obs: Observation, caps: Capabilities, app: str, alloc: Allocation | None = None) -> np.ndarray:
-    """Feasibility of the eleven moves (HOLD first) for `app`, as a boolean array."""
+    """Feasibility of the eleven moves (HOLD first) for `app`, as a boolean array. Checks
+    feasibility only (no allocation is built), with the same candidates as `plan_move`."""
+    alloc = obs.allocation if alloc is None else alloc
     mask = np.zeros(N_MOVES, dtype=bool)
-    for m in Move:
-        mask[m.value] = plan_move(obs, caps, app, m, alloc).feasible
+    mask[0] = True
+    for m in list(Move)[1:]:
+        mask[m.value] = any(not alloc.infeasible_reason(app, m, caps, c) for c in _candidates(obs, alloc, caps, app, m))
     return mask

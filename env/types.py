@@ -51,6 +51,9 @@ class Resource(enum.Enum):
     DISK = "disk"
 
 
+_RESOURCE_ORDER: tuple[Resource, ...] = tuple(Resource)
+
+
 class Direction(enum.Enum):
     UP = "up"
     DOWN = "down"
@@ -85,12 +88,12 @@ class Move(enum.IntEnum):
     def resource(self) -> Resource | None:
         if self is Move.HOLD:
             return None
-        return list(Resource)[(self.value - 1) % 5]
+        return _RESOURCE_ORDER[(self.value - 1) % 5]
 
     @classmethod
     def of(cls, direction: Direction, resource: Resource) -> Move:
         offset = 1 if direction is Direction.UP else 6
-        return cls(offset + list(Resource).index(resource))
+        return cls(offset + _RESOURCE_ORDER.index(resource))
 
     @property
     def opposite(self) -> Move:
@@ -166,6 +169,8 @@ class Capabilities:
     min_llc_ways: int = 1
     min_memory_gb: float = 1.0
     tdp_w: float = math.nan  # socket power budget (RAPL), for Heracles' power sub-controller
+    llc_mb: float = math.nan  # LLC capacity (for normalising occupancy)
+    dram_peak_gbps: float = math.nan  # peak streaming DRAM bandwidth (Heracles' DRAM limit)
 
     @property
     def lc_apps(self) -> tuple[AppSpec, ...]:

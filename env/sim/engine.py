@@ -353,13 +353,16 @@ def be_alone_progress(prof: BatchProfile, platform: str) -> float:
 # ---- the batched simulator ----------------------------------------------------------------------
 class SimBatch:
     """B nodes stepped together. Each node has its own layout (padded to the widest one) and
-    allocation rows; `step()` draws arrivals and p99 order statistics from `rng` and runs the
-    kernel once for all nodes."""
+    allocation rows; `step()` draws arrivals and p99 order statistics and runs the kernel once for
+    all nodes. Draws come from one shared generator (fastest, for large batches), or from one
+    generator per node once `set_rng` has been called (then node i draws exactly what a
+    standalone node with that generator would)."""
 
     def __init__(self, layouts: list[Layout], rng: np.random.Generator, width: int | None = None) -> None:
         self.B = len(layouts)
         self.W = max(width or 0, max((lay.n for lay in layouts), default=1))
         self.rng = rng
+        self.rngs: list[np.random.Generator] | None = None
         self.a = M.new_arrays(self.B, self.W)
         self.lam = np.zeros((self.B, self.W))  # offered rps per LC component, set before step()
         self.layouts: list[Layout | None] = [None] * self.B
@@ -380,6 +383,12 @@ class SimBatch:
         self._lc = (prm[:, :, M.P_KIND] < 0.5) & (prm[:, :, M.P_ACTIVE] > 0.5)
         self._dt = self.a["plat"][:, M.PL_DT][:, None].copy()
 
+    def set_rng(self, i: int, rng: np.random.Generator) -> None:
+        """Give node i its own generator (switches the batch to per-node draws)."""
+        if self.rngs is None:
+            self.rngs = [self.rng] * self.B
+        self.rngs[i] = rng
+
     def set_alloc_rows(self, i: int, rows: np.ndarray) -> None:
         self.a["alloc"][i, : rows.shape[0]] = rows
 
@@ -393,9 +402,24 @@ class SimBatch:
             sl = slice(index, index + 1)
             a = {k: v[sl] for k, v in self.a.items()}  # views: the kernel writes through them
             lam, lc, dt = self.lam[sl], self._lc[sl], self._dt[sl]
-        n = self.rng.poisson(np.maximum(lam, 0.0) * dt).astype(float)
-        k = np.ceil(P99 * n)
-        u = self.rng.beta(np.maximum(k, 1.0), np.maximum(n - k + 1.0, 1.0))
+        mean = np.maximum(lam, 0.0) * dt
+        if self.rngs is None:
+            n, u = _draw(self.rng, mean)
+        else:
+            first = 0 if index is None else index
+            n = np.zeros_like(mean)
+            u = np.ones_like(mean)
+            for r in range(mean.shape[0]):
+                lay = self.layouts[first + r]
+                w = lay.n if lay is not None else 0  # only the node's own components draw
+                n[r, :w], u[r, :w] = _draw(self.rngs[first + r], mean[r, :w])
         a["arrivals"][:] = n
         a["usample"][:] = np.where(lc, np.where(n > 0, u, empty_u), np.nan)
         M.step_nodes(a["plat"], a["prm"], a["alloc"], a["state"], a["arrivals"], a["usample"], a["out"], a["nout"])
+
+
+def _draw(rng: np.random.Generator, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Arrival counts ~ Poisson(mean) and, for each, the CDF value of its p99 order statistic."""
+    n = rng.poisson(mean).astype(float)
+    k = np.ceil(P99 * n)
+    return n, rng.beta(np.maximum(k, 1.0), np.maximum(n - k + 1.0, 1.0))

@@ -87,6 +87,7 @@ class SimNode:
         else:
             self._sim = self._batch
             self._sim.set_layout(self._index, lay)
+            self._sim.set_rng(self._index, rng)  # draws identical to a standalone node's
         self._traces = [t.build(rng) for t in scn.traces]
         self._profiles = [lc_profile_of(scn, i) for i in range(len(scn.apps))]
         self._max_rps = np.array([p.max_load_rps for p in self._profiles])
@@ -254,7 +255,8 @@ class SimFleet:
     """B simulated nodes stepped by one kernel call (the batched mode, DESIGN §4).
 
     `nodes[i]` is a full `SimNode` (capabilities, allocation, observations) whose physics runs in
-    slot i of a shared `SimBatch`. `step` applies one allocation per node (None keeps it) and
+    slot i of a shared `SimBatch` with its own random stream, so node i behaves exactly like a
+    standalone `SimNode` with the same scenario and seed. `step` applies one allocation per node (None keeps it) and
     advances all nodes one interval; `reset(i, ...)` restarts one node with a new scenario.
     """
 

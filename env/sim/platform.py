@@ -142,6 +142,8 @@ class Platform:
             min_llc_ways=self.llc.min_ways,
             min_memory_gb=self.memory.step_gb,
             tdp_w=self.power.tdp_w,
+            llc_mb=self.llc.mb,
+            dram_peak_gbps=self.memory.bandwidth_gbps,
         )
 
 
