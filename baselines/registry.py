@@ -171,3 +171,8 @@ def make_controller(spec: str, context: ControllerContext) -> Controller:
             f"controller {name!r} needs the simulator (a SimNode); it cannot run on a real node"
         )
     return entry.load()(context, arg)
+
+
+def build_for_run(spec: str, capabilities: Capabilities, scenario: Any, node: Any, seed: int) -> Controller:
+    """The factory `env.evaluation` imports by path: a controller for a run on `node`."""
+    return make_controller(spec, ControllerContext(capabilities, scenario, node, seed))

@@ -108,6 +108,7 @@ class TickRecord:
     decide_ms: float
     guards: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
+    signals: tuple[tuple[str, str], ...] = ()  # requests the node cannot act on, e.g. ("migrate", "xapian")
 
     # -- derived ------------------------------------------------------------------------------
     @property
@@ -173,6 +174,7 @@ class TickRecord:
             "guards": list(self.guards),
             "decide_ms": _num(self.decide_ms),
             "errors": list(self.errors),
+            "signals": dict(self.signals),
         }
 
     def to_json(self) -> str:
@@ -211,6 +213,7 @@ class TickRecord:
             decide_ms=_unnum(d["decide_ms"]),
             guards=tuple(d.get("guards", ())),
             errors=tuple(d.get("errors", ())),
+            signals=tuple((str(k), str(v)) for k, v in d.get("signals", {}).items()),
         )
 
     @classmethod
@@ -292,6 +295,7 @@ def record_of(
         decide_ms=decide_ms,
         guards=tuple(guards),
         errors=tuple(errors),
+        signals=tuple((str(k), str(v)) for k, v in decision.signals.items()),
     )
 
 

@@ -16,6 +16,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # evaluate.py is a top-level script; spawned workers inherit sys.path
 
 import evaluate  # noqa: E402
+from env import evaluation  # noqa: E402
 
 ROW_KEYS = {
     "controller",
@@ -221,9 +222,9 @@ def test_max_level_binary_search_and_greedy_search_on_a_known_oracle():
         calls.append(i)
         return levels[i] <= 60
 
-    assert evaluate.max_level(ok, len(levels)) == 5 and len(calls) <= 4
-    assert evaluate.max_level(lambda i: False, 10) == -1
-    assert evaluate.max_level(lambda i: True, 10, hi=3) == 2
+    assert evaluation.max_level(ok, len(levels)) == 5 and len(calls) <= 4
+    assert evaluation.max_level(lambda i: False, 10) == -1
+    assert evaluation.max_level(lambda i: True, 10, hi=3) == 2
 
 
 def test_greedy_search_with_a_fake_point_oracle(monkeypatch):
@@ -231,9 +232,9 @@ def test_greedy_search_with_a_fake_point_oracle(monkeypatch):
     def fake(spec, apps, loads, proto):
         return sum(loads) <= 150 and max(loads) <= 60
 
-    monkeypatch.setattr(evaluate, "point_sustained", fake)
-    proto = evaluate.MaxLoadProtocol()
-    emu, pt, points = evaluate.greedy_search("static", ["memcached", "xapian", "nginx", "moses"], proto)
+    monkeypatch.setattr(evaluation, "point_sustained", fake)
+    proto = evaluation.MaxLoadProtocol()
+    emu, pt, points = evaluation.greedy_search("static", ["memcached", "xapian", "nginx", "moses"], proto)
     # equal load: 30% each (120%); then round-robin +10%: 40,40,40,30 = 150%
     assert emu == pytest.approx(1.5) and pt == {
         "memcached": 40.0,
@@ -244,10 +245,10 @@ def test_greedy_search_with_a_fake_point_oracle(monkeypatch):
     # 4 points for the equal-load binary search (50, 20, 30, 40 each), 3 new raises in round 1 and 3
     # in round 2 (moses to 40% is the all-40% point of the binary search: memoised)
     assert points == 10
-    emu, pt, _ = evaluate.serial_grid("static", ["memcached", "xapian", "nginx"], proto, [])
+    emu, pt, _ = evaluation.serial_grid("static", ["memcached", "xapian", "nginx"], proto, [])
     assert emu == pytest.approx(1.5)
     # duplicate apps get distinct instance names
-    assert evaluate.instance_names(["mongodb", "nginx", "mongodb"]) == ["mongodb", "nginx", "mongodb-2"]
+    assert evaluation.instance_names(["mongodb", "nginx", "mongodb"]) == ["mongodb", "nginx", "mongodb-2"]
 
 
 # ---- bad input ---------------------------------------------------------------------------------------
@@ -341,7 +342,7 @@ def test_a_failure_during_the_runs_removes_the_staging_directory(tmp_path, monke
     def boom(job):
         raise RuntimeError("simulated crash")
 
-    monkeypatch.setattr(evaluate, "run_summary", boom)
+    monkeypatch.setattr(evaluation, "run_summary", boom)
     out = tmp_path / "x" / "y"
     with pytest.raises(RuntimeError):
         evaluate.main(
@@ -403,7 +404,7 @@ def test_shipped_scenarios_load_and_run(path, monkeypatch):
     from env.sim.node import SimNode
     from env.sim.scenario import load_scenario
 
-    monkeypatch.chdir(ROOT)  # the CSV replay example names its trace relative to the repository root
+    monkeypatch.chdir("/")  # the CSV replay example names its trace relative to its own file
     scn = load_scenario(path)
     assert scn.name == path.stem and scn.description
     recs = run_episode(SimNode(scn), StaticController(), 2.0, rng=np.random.default_rng(0))

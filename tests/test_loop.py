@@ -231,3 +231,21 @@ def test_loop_with_an_empty_chain_still_never_applies_an_invalid_allocation():
     recs = run_episode(node, Invalid(), 1.0, rng=np.random.default_rng(0), guards=GuardChain([]))
     assert node.current_allocation() == before
     assert all("chain: invalid allocation held" in r.guards[0] for r in recs)
+
+
+def test_decision_signals_are_recorded_and_round_trip():
+    """PARTIES' migration request (Sec. 4.2.1) must reach the run log."""
+    import dataclasses as _dc
+
+    from env.loop import TickRecord, record_of
+    from env.sim.node import SimNode
+    from env.sim.scenario import simple_scenario
+    from env.types import Decision
+
+    node = SimNode(simple_scenario({"memcached": 0.3}), seed=0)
+    obs = node.observe()
+    decision = _dc.replace(Decision.hold("x"), signals={"migrate": "memcached"})
+    rec = record_of(obs, decision, changed=False, decide_ms=0.1)
+    assert rec.signals == (("migrate", "memcached"),)
+    back = TickRecord.from_json(rec.to_json())
+    assert back.signals == rec.signals

@@ -163,9 +163,17 @@ def parse_scenario(data: Any, where: str) -> Scenario:
 
 
 def load_scenario(name_or_path: str | Path) -> Scenario:
-    """A scenario by name (`configs/scenarios/<name>.yaml`) or by path."""
+    """A scenario by name (`configs/scenarios/<name>.yaml`) or by path. A relative CSV trace path is
+    taken relative to the scenario file."""
     path = resolve_config("scenarios", name_or_path)
-    return parse_scenario(load_yaml(path), path.name)
+    data = load_yaml(path)
+    for e in data.get("apps", []) if isinstance(data, dict) else []:
+        load = e.get("load") if isinstance(e, dict) else None
+        if isinstance(load, dict) and load.get("kind") == "csv" and isinstance(load.get("path"), str):
+            p = Path(load["path"])
+            if not p.is_absolute() and (path.parent / p).is_file():
+                load["path"] = str(path.parent / p)
+    return parse_scenario(data, path.name)
 
 
 def simple_scenario(
