@@ -42,6 +42,7 @@ class Component:
     profile: LcProfile | BatchProfile
     cls: int  # thread class index (batch)
     target: int  # component index an antagonist is pinned to, else -1
+    service_scale: float = 1.0  # domain randomisation of the derived knee quantity
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,22 @@ def lc_profile_of(scn: Scenario, i: int) -> LcProfile:
     kw: dict = {"threads": scn.platform_spec.cores}
     for k, v in scn.apps[i].overrides.items():
         kw[k] = int(v) if k == "threads" else float(v)
+    for k, f in scn.apps[i].perturb.items():
+        if k != "service":
+            kw[k] = getattr(prof, k) * f
+    if "frac_llc" in kw or "frac_mem" in kw:  # keep a core share of the service time
+        fl, fm = kw.get("frac_llc", prof.frac_llc), kw.get("frac_mem", prof.frac_mem)
+        if fl + fm > 0.95:
+            kw["frac_llc"], kw["frac_mem"] = fl * 0.95 / (fl + fm), fm * 0.95 / (fl + fm)
+    if "smt_speed" in kw:
+        kw["smt_speed"] = min(1.0, kw["smt_speed"])
     return dataclasses.replace(prof, **kw)
 
 
 def build_layout(scn: Scenario) -> Layout:
     comps: list[Component] = []
     for i, e in enumerate(scn.apps):
-        comps.append(Component(e.instance, "lc", lc_profile_of(scn, i), 0, -1))
+        comps.append(Component(e.instance, "lc", lc_profile_of(scn, i), 0, -1, e.perturb.get("service", 1.0)))
     lc = tuple(range(len(comps)))
     be: dict[str, tuple[int, ...]] = {}
     for name in scn.be:
@@ -209,7 +219,12 @@ def component_rows(layout: Layout) -> np.ndarray:
     for w, comp in enumerate(layout.components):
         if comp.kind == "lc":
             assert isinstance(comp.profile, LcProfile)
-            rows[w] = lc_row(comp.profile, reference_knee(base_profile(comp.profile)))
+            s_ref, pages = reference_knee(base_profile(comp.profile))
+            if comp.profile.knee == "cpu":
+                s_ref *= comp.service_scale
+            else:
+                pages *= comp.service_scale
+            rows[w] = lc_row(comp.profile, (s_ref, pages))
         else:
             assert isinstance(comp.profile, BatchProfile)
             rows[w] = batch_row(comp.profile, comp.profile.classes[comp.cls], comp.target)

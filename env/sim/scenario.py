@@ -20,7 +20,8 @@ be: [be_parties]           # best-effort jobs (batch profiles); [] for none
 
 Load traces are documented in `env.sim.traces`. `overrides` on an app entry changes deployment
 parameters only (`threads`, `dataset_gb`, `net_flows`): the app's intrinsic service time stays the
-one derived at its reference deployment. `antagonists` (calibration only) adds PARTIES Table 3
+one derived at its reference deployment. `perturb` multiplies physical parameters by factors
+(domain randomisation for training, e.g. `{service: 1.2, frac_mem: 0.8}`; see `PERTURBABLE`). `antagonists` (calibration only) adds PARTIES Table 3
 interference: `{profile: llc_capacity, target: memcached}`.
 """
 
@@ -38,6 +39,19 @@ from env.sim.profiles import BatchProfile, LcProfile, known_profiles, load_profi
 from env.sim.traces import TraceSpec, parse_trace
 
 DEPLOYMENT_FIELDS = ("threads", "dataset_gb", "net_flows")
+# domain randomisation: multiplicative factors on physical parameters (`service` scales the
+# derived knee quantity: the service time, or the disk reads per request of an I/O-bound app)
+PERTURBABLE = (
+    "service",
+    "frac_llc",
+    "frac_mem",
+    "smt_speed",
+    "llc_kappa_mb",
+    "llc_alpha",
+    "base_latency_us",
+    "service_cv2",
+    "zipf",
+)
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,7 @@ class AppEntry:
     name: str = ""
     load: Any = 0.5
     overrides: dict[str, float] = field(default_factory=dict)
+    perturb: dict[str, float] = field(default_factory=dict)
 
     @property
     def instance(self) -> str:
@@ -129,6 +144,12 @@ def validate_scenario(s: Scenario) -> None:
         bad = set(e.overrides) - set(DEPLOYMENT_FIELDS)
         if bad:
             raise ConfigError(f"{where}.apps[{i}].overrides: {sorted(bad)} not allowed; allowed: {list(DEPLOYMENT_FIELDS)}")
+        bad = set(e.perturb) - set(PERTURBABLE)
+        if bad:
+            raise ConfigError(f"{where}.apps[{i}].perturb: {sorted(bad)} not allowed; allowed: {list(PERTURBABLE)}")
+        for k, v in e.perturb.items():
+            if not 0.1 <= v <= 10.0:
+                raise ConfigError(f"{where}.apps[{i}].perturb.{k} = {v}: a factor in [0.1, 10]")
         parse_trace(e.load, f"{where}.apps[{i}].load")
     for i, b in enumerate(s.be):
         try:
