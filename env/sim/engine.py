@@ -112,6 +112,7 @@ def platform_row(pl: Platform) -> np.ndarray:
     r[M.PL_LLC_MB] = pl.llc.mb
     r[M.PL_LLC_BW] = pl.llc.bandwidth_gbps
     r[M.PL_LLC_CONT] = pl.llc.contention
+    r[M.PL_LLC_STREAM_W] = pl.llc.stream_weight
     r[M.PL_MBA_DELAY] = pl.mba.delay
     r[M.PL_FMIN] = pl.freq.min_mhz
     r[M.PL_FNOM] = pl.freq.nominal_mhz

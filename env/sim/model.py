@@ -18,7 +18,8 @@ Per interval, per node:
    number of active cores, lowered until the socket fits its TDP (dynamic power ~ f^3 x power
    factor per busy core). Fixed (userspace) levels are applied as set.
 3. **LLC.** Components of a CLOS share its ways; occupancy settles where each holds a share in
-   proportion to its insertion (miss) rate, capped by its footprint (an LRU sharing model). The
+   proportion to its insertion (miss) rate, capped by its footprint (an LRU sharing model), with
+   streamed lines weighted down (Intel's adaptive insertion resists scans since Ivy Bridge). The
    miss ratio follows each profile's miss curve. Growth is lagged by the fill rate (cache warm-up
    after a CAT change); a CLOS migration flushes the app's lines (CoCo Sec. 3.3).
 4. **Memory capacity.** Resident memory is the most frequently touched pages: a water-filling
@@ -84,7 +85,8 @@ PL_NET_CONG_S = 25
 PL_SCHED_S = 26
 PL_MIG_PEN = 27
 PL_DT = 28
-NPL = 29
+PL_LLC_STREAM_W = 29  # weight of streamed lines in LLC sharing (adaptive, scan-resistant insertion)
+NPL = 30
 
 # ---- component parameters -----------------------------------------------------------------------
 P_ACTIVE = 0
@@ -289,8 +291,28 @@ def _tail_total(x, coef, rate, n, fb, wa, wb):
 
 
 @njit(cache=True)
+def _tail_slope(x, coef, rate, n, fb, wa, wb):
+    """d/dx of _tail_total (<= 0)."""
+    d0 = 0.0
+    if x > 0.0:
+        for i in range(n):
+            d0 -= coef[i] * rate[i] * math.exp(-rate[i] * x)
+    if fb <= 0.0:
+        return d0
+    if wb - wa < 1e-12:
+        db = 0.0
+        if x - wa > 0.0:
+            for i in range(n):
+                db -= coef[i] * rate[i] * math.exp(-rate[i] * (x - wa))
+    else:
+        db = (_tail(x - wa, coef, rate, n) - _tail(x - wb, coef, rate, n)) / (wb - wa) * -1.0
+        db = -abs(db)
+    return (1.0 - fb) * d0 + fb * db
+
+
+@njit(cache=True)
 def _quantile(p, coef, rate, n, fb, wa, wb):
-    """Smallest x with tail_total(x) <= p (bisection on a bracket, then refinement)."""
+    """Smallest x with tail_total(x) <= p: safeguarded Newton on a bracket (bisection fallback)."""
     if p >= 1.0:
         return 0.0
     rmin = 1e300
@@ -303,24 +325,38 @@ def _quantile(p, coef, rate, n, fb, wa, wb):
     lo = 0.0
     while _tail_total(hi, coef, rate, n, fb, wa, wb) > p:
         hi *= 2.0
+    # Newton on log(tail): exactly linear for one exponential, nearly so for a sum of them
+    lp = math.log(p)
+    x = hi
     for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if _tail_total(mid, coef, rate, n, fb, wa, wb) > p:
-            lo = mid
+        t = _tail_total(x, coef, rate, n, fb, wa, wb)
+        if t > p:
+            lo = x
         else:
-            hi = mid
-        if hi - lo < 1e-9 * hi:
+            hi = x
+        if hi - lo < 1e-6 * hi:
             break
-    return hi
+        d = _tail_slope(x, coef, rate, n, fb, wa, wb)
+        if t > 1e-300 and d < 0.0:
+            nx = x - (math.log(t) - lp) * t / d
+        else:
+            nx = 0.5 * (lo + hi)
+        if not (lo < nx < hi):
+            nx = 0.5 * (lo + hi)
+        if abs(nx - x) < 1e-7 * hi:
+            x = nx
+            break
+        x = nx
+    return x if _tail_total(x, coef, rate, n, fb, wa, wb) <= p * (1.0 + 1e-4) else hi
 
 
 @njit(cache=True)
-def _maxmin(demand, weight, capacity, out, m):
-    """Weighted max-min fair shares of `capacity` for `demand` (progressive filling)."""
+def _maxmin(demand, weight, capacity, out, m, active):
+    """Weighted max-min fair shares of `capacity` for `demand` (progressive filling); `active` is
+    a boolean scratch array of length >= m."""
     for i in range(m):
         out[i] = 0.0
     left = capacity
-    active = np.zeros(m, dtype=np.bool_)
     for i in range(m):
         active[i] = demand[i] > 0.0 and weight[i] > 0.0
     for _ in range(m + 1):
@@ -355,13 +391,13 @@ def _io_units(p, busy, rate):
 
 
 @njit(cache=True)
-def _greedy_share(demand, weight, capacity, w, cap_w, scratch, out, m):
+def _greedy_share(demand, weight, capacity, w, cap_w, scratch, out, m, active):
     """What component w would get under weighted max-min fairness if it wanted up to cap_w (its
     fair share even when it currently uses less: TCP flows and I/O-scheduler slices ramp up)."""
     for i in range(m):
         scratch[i] = demand[i]
     scratch[w] = cap_w
-    _maxmin(scratch, weight, capacity, out, m)
+    _maxmin(scratch, weight, capacity, out, m, active)
     return out[w]
 
 
@@ -391,6 +427,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
     ones = np.ones(nw)
     scratch = np.zeros(nw)
     scratch2 = np.zeros(nw)
+    active = np.zeros(nw, dtype=np.bool_)
+    net_alloc = np.zeros(nw)
     for b in range(nb):
         pl = plat[b]
         dt = pl[PL_DT]
@@ -531,12 +569,17 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             clos = alloc[b, w, A_CLOS]
             cap = alloc[b, w, A_WAYS] * mbw
             # members of this CLOS: tmp[v] = 1 (pinned antagonists carry their target's CLOS)
+            members = 0
             for v in range(nw):
                 tmp[v] = 1.0 if (prm[b, v, P_ACTIVE] > 0.5 and alloc[b, v, A_CLOS] == clos) else 0.0
+                members += int(tmp[v])
                 foot = prm[b, v, P_LLC_FOOT]
                 tmp2[v] = foot
                 x0 = state[b, v, S_OCC] if state[b, v, S_INIT] > 0.5 else cap
                 tmp3[v] = min(foot, max(x0, 1e-3))
+            if members == 1:  # alone in its CLOS: it holds what it can use of the ways
+                occ_t[w] = max(min(cap, p[P_LLC_FOOT]), 1e-9)
+                continue
             for _ in range(6):
                 ins_tot = 0.0
                 for v in range(nw):
@@ -544,6 +587,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                         pv = prm[b, v]
                         mv = _miss(tmp3[v], pv[P_LLC_KAPPA], pv[P_LLC_ALPHA], pv[P_LLC_FOOT], pv[P_LLC_MMIN], pv[P_LLC_STREAM])
                         mm[v] = rate[v] * pv[P_LLC_APU] * max(mv, 1e-4)
+                        if pv[P_LLC_STREAM] > 0.5:  # scan-resistant insertion demotes streamed lines
+                            mm[v] *= pl[PL_LLC_STREAM_W]
                         ins_tot += mm[v]
                 left = cap
                 wsum = ins_tot
@@ -576,18 +621,22 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             p = prm[b, w]
             if p[P_ACTIVE] < 0.5:
                 continue
-            if state[b, w, S_INIT] < 0.5:
-                state[b, w, S_OCC] = occ_t[w]
-            else:
-                x = state[b, w, S_OCC]
-                if occ_t[w] > x:
-                    mx = _miss(x, p[P_LLC_KAPPA], p[P_LLC_ALPHA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
-                    fill = rate[w] * p[P_LLC_APU] * mx * LINE_MB * dt
-                    state[b, w, S_OCC] = min(occ_t[w], x + fill)
-                else:
-                    state[b, w, S_OCC] = occ_t[w]
-            x = state[b, w, S_OCC]
-            miss[w] = _miss(x, p[P_LLC_KAPPA], p[P_LLC_ALPHA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
+            x0 = state[b, w, S_OCC]
+            if state[b, w, S_INIT] < 0.5 or occ_t[w] <= x0:
+                state[b, w, S_OCC] = occ_t[w]  # shrinking: the other owners take the lines at once
+                miss[w] = _miss(occ_t[w], p[P_LLC_KAPPA], p[P_LLC_ALPHA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
+                continue
+            # growing (a CAT increase, or a refill after a CLOS migration flushed the lines): the
+            # app fills at its miss rate, and this interval pays the misses of the refill
+            m0 = _miss(x0, p[P_LLC_KAPPA], p[P_LLC_ALPHA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
+            fill_rate = rate[w] * p[P_LLC_APU] * m0 * LINE_MB  # MB/s
+            gap = occ_t[w] - x0
+            tau = gap / fill_rate if fill_rate > 0.0 else 1e300
+            x1 = occ_t[w] if tau <= dt else x0 + fill_rate * dt
+            m1 = _miss(x1, p[P_LLC_KAPPA], p[P_LLC_ALPHA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
+            f = min(tau, dt) / dt
+            miss[w] = f * 0.5 * (m0 + m1) + (1.0 - f) * m1
+            state[b, w, S_OCC] = x1
         # ---------------- 4. memory capacity ---------------------------------------------------
         total_need = 0.0
         for w in range(nw):
@@ -640,14 +689,20 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                     keep = (touch / (tau * _harmonic(npg, s))) ** (1.0 / s)
                 res_t[w] = min(tmp[w], keep * PAGE_GB)
                 used += res_t[w]
-            # give what is left to the components sitting at the threshold (uniform streams)
+            # what is left belongs to the uniformly touched components whose per-page rate sits at
+            # the threshold (the water level's discontinuity), shared in proportion to their need
             left = pl[PL_MEM_GB] - used
+            want = 0.0
             for w in range(nw):
                 p = prm[b, w]
-                if left > 0.0 and p[P_ACTIVE] > 0.5 and res_t[w] < tmp[w]:
-                    add = min(left, tmp[w] - res_t[w])
-                    res_t[w] += add
-                    left -= add
+                if p[P_ACTIVE] > 0.5 and p[P_ZIPF] <= 1e-6 and res_t[w] < tmp[w]:
+                    want += tmp[w] - res_t[w]
+            if left > 0.0 and want > 0.0:
+                share = min(1.0, left / want)
+                for w in range(nw):
+                    p = prm[b, w]
+                    if p[P_ACTIVE] > 0.5 and p[P_ZIPF] <= 1e-6 and res_t[w] < tmp[w]:
+                        res_t[w] += share * (tmp[w] - res_t[w])
         for w in range(nw):
             p = prm[b, w]
             if p[P_ACTIVE] < 0.5:
@@ -713,7 +768,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             else:
                 cap_t = cap_mb / seqbw
             tmp[w] = min(d, cap_t) if d > 0.0 else 0.0
-        _maxmin(tmp, tmp2, 1.0, tmp3, nw)  # tmp3 = disk-time shares actually used
+        _maxmin(tmp, tmp2, 1.0, tmp3, nw, active)  # tmp3 = disk-time shares actually used
         for w in range(nw):
             disk_dem[w] = tmp[w]
         seq_share = 0.0
@@ -731,8 +786,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             dem = _io_units(p, busy[w], rate[w]) * p[P_NET_GBIT]
             tmp[w] = min(dem, alloc[b, w, A_NET])
             tmp2[w] = max(p[P_FLOWS], 1.0)
-        net_alloc = np.zeros(nw)
-        _maxmin(tmp, tmp2, link, net_alloc, nw)
+        _maxmin(tmp, tmp2, link, net_alloc, nw, active)
         used_link = 0.0
         for w in range(nw):
             used_link += net_alloc[w]
@@ -784,7 +838,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             disk_cap = 1e300
             if mf > 1e-9:
                 cap_t = (alloc[b, w, A_DISK] * 1000.0 / max(p[P_IO_KB], 4.0)) / iops
-                fair = _greedy_share(disk_dem, ones, 1.0, w, cap_t, scratch, scratch2, nw)
+                fair = _greedy_share(disk_dem, ones, 1.0, w, cap_t, scratch, scratch2, nw, active)
                 mu_d = max(fair, tmp3[w], 1e-9) * iops
                 lam_d = lam * mf * ios
                 disk_cap = mu_d / (mf * ios)
@@ -797,7 +851,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             net_cap = 1e300
             r_net = 0.0
             if bits > 0.0:
-                avail = _greedy_share(tmp, tmp2, link, w, alloc[b, w, A_NET], scratch, scratch2, nw)
+                avail = _greedy_share(tmp, tmp2, link, w, alloc[b, w, A_NET], scratch, scratch2, nw, active)
                 avail = max(avail, net_alloc[w])
                 net_cap = avail / bits
                 if net_cap > lam:
@@ -831,7 +885,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                 nt = _convolve(coef, rt, nt, cw, theta)
             nt = _convolve(coef, rt, nt, q_io, r_io)
             nt = _convolve(coef, rt, nt, pwait[w], 1.0 / pl[PL_SCHED_S])
-            if r_net > 0.0:
+            if r_net > 0.0 and r_net < 100.0 * mu:  # skip a link queue under 1% of the service time
                 nt = _convolve(coef, rt, nt, 1.0, r_net)
             # fluid backlog carried across intervals
             q0 = state[b, w, S_Q]
@@ -882,6 +936,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             state[b, w, S_CAP] = mu_tot
             state[b, w, S_INIT] = 1.0
         nout[b, N_MBW] = tot_mbw
+        for w in range(nw):  # migrations and flushes happen once, in the interval after the change
+            alloc[b, w, A_MOVED] = 0.0
+            alloc[b, w, A_FLUSH] = 0.0
 
 
 @njit(cache=True, inline="always")

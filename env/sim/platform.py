@@ -24,6 +24,7 @@ class LlcSpec:
     clos: int  # CAT classes of service (hardware partitions)
     bandwidth_gbps: float = 400.0  # uncore (ring + LLC) bandwidth before contention builds up
     contention: float = 0.3  # LLC latency growth with uncore utilisation u: 1 + c*u^2/(1-u)
+    stream_weight: float = 0.1  # weight of streamed (scan) lines in LLC sharing: adaptive insertion
     min_ways: int = 1
 
 

@@ -70,7 +70,7 @@ class LcProfile:
     service_split: float = 0.0  # service time as two exponential stages split f : 1-f (0 = exponential)
     power_factor: float = 0.8
     net_flows: float = 8.0  # client connections, for the link's per-flow fairness
-    timeout_ms: float = 0.0  # requests waiting longer are dropped; 0 -> 20 x the QoS target
+    timeout_ms: float = 0.0  # requests waiting longer are dropped; 0 -> max(1 s, 4 x the QoS target)
     memory_gb: float = 0.0  # resident footprint reported by PARTIES Table 2 (informational)
     knee: Literal["cpu", "disk"] = "cpu"
     service_us: float = 0.0  # knee: disk only - CPU time per request at nominal frequency
@@ -102,7 +102,7 @@ class LcProfile:
 
     @property
     def timeout_s(self) -> float:
-        return (self.timeout_ms or 20 * self.qos_target_us / 1000) / 1000
+        return (self.timeout_ms or max(1000.0, 4 * self.qos_target_us / 1000)) / 1000
 
 
 @dataclass(frozen=True)
