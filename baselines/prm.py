@@ -21,7 +21,11 @@ Resource levels -> Allocation (Sec. 4.1.2; the mapping is this module's, documen
   the BE jobs' and the idle pool as its pool; every other LC app keeps its allocation untouched.
   With several LC apps the managed one is the strictest (smallest QoS target), as PARTIES
   Sec. 5.2.2 does for Heracles; the thesis only ever runs one LC app.
-* CPU. The thesis throttles the BE job's CFS quota; here the BE jobs share one core group of
+* CPU, `cpu_mode: quota` (the shipped configuration): as in the thesis, the BE jobs run in the LC
+  app's cpuset under a CFS quota (`AppAlloc.cpu_quota`): level 0 = 1% of a CPU (Sec. 7.1.1), levels
+  1..19 = level/20 of the pool (Sec. 4.1.2, 5.2), the top level unlimited; quota the BE jobs leave
+  unused stays with the LC app.
+* CPU, `cpu_mode: cores` (for nodes without CFS quotas): the BE jobs share one core group of
   ``n * core_step`` cores and the LC app gets the rest of the pool. Level 0 is the PRM's minimum
   quota, 1% of a CPU (Sec. 7.1.1), rounded *up* to one core step: the BE job is never stopped,
   which is what the thesis observes at level 0 (Sec. 7.1.1). Levels 1..19 are ``level/20`` of the
@@ -34,6 +38,9 @@ Resource levels -> Allocation (Sec. 4.1.2; the mapping is this module's, documen
   exclusive, so this is the PRM's ``--exclusive-cat`` variant (Sec. 4.1.2 footnote).
 * LLC, without CAT (``prm-nocat`` and the Q-PRM, Sec. 4.2 / Table 6.1): the BE jobs join the LC
   app's CLOS and both share all the pooled ways, as an unpartitioned cache would.
+
+Frequency. The PRM and the Q-PRM do not manage frequency; the thesis' node ran the "performance"
+governor (Table 5.1), so the managed pool is kept at the top frequency level.
 
 Timing. Controllers are tick functions: every rule runs on samples built from the observations'
 timestamps (`_Window`), never on wall time. The Q-PRM reads the p99 once per second (Sec. 4.2,
@@ -49,7 +56,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from env.config import CONFIGS, ConfigError, build, load_yaml
 from env.controller import BaseController
@@ -70,6 +77,9 @@ class LevelMap:
 
     max_level: int = 20  # levels 0..20; the top one is "full" (unlimited quota)
     min_quota_cores: float = 0.01  # level 0: 1% of one CPU (Sec. 7.1.1)
+    # "quota": the BE jobs share the LC app's cores under a CFS quota (the thesis' mechanism; unused
+    # quota stays with the LC app); "cores": the BE jobs get exclusive cores in core steps instead
+    cpu_mode: Literal["quota", "cores"] = "cores"
     llc_min_ways: int = 2  # LLC level 0 (Sec. 4.1.2)
     llc_lc_min_ways: int = 2  # never given to BE: max LLC level = 18 of 20 ways (Sec. 4.1.2)
 
@@ -427,8 +437,26 @@ class LevelLayout:
     def pool_cores(self) -> float:
         return self.pool_units * self.step
 
+    @property
+    def quota(self) -> bool:
+        return self.levels.cpu_mode == "quota"
+
+    def be_quota_cores(self, level: int) -> float:
+        """Quota mode: the BE jobs' CFS quota at a CPU level, in cores (Sec. 4.1.2, 7.1.1): level 0
+        is 1% of a CPU, levels 1..19 are level/20 of the pool, the top level is the whole pool
+        (unlimited)."""
+        lv = self.levels
+        if level <= 0:
+            return lv.min_quota_cores
+        if level >= lv.max_level:
+            return self.pool_cores
+        quota = level / lv.max_level * self.pool_cores
+        if self.quota_exp_base is not None:  # Proportional v2: exponential at low levels (Sec. 4.2.2)
+            quota = min(quota, lv.min_quota_cores * self.quota_exp_base**level)
+        return max(quota, lv.min_quota_cores)
+
     def be_units(self, level: int) -> int:
-        """BE cores at a CPU level, in core steps (Sec. 4.1.2; module docstring)."""
+        """Cores mode: BE cores at a CPU level, in core steps (Sec. 4.1.2; module docstring)."""
         lv = self.levels
         top = self.pool_units - 1  # "full": the LC app keeps one core step
         if level <= 0:
@@ -441,16 +469,25 @@ class LevelLayout:
         return min(max(round(quota / self.step), self.level0_units), top)
 
     def be_cores(self, level: int) -> float:
-        return self.be_units(level) * self.step
+        """CPU the BE jobs may use at a level, in cores (quota or exclusive cores)."""
+        return self.be_quota_cores(level) if self.quota else self.be_units(level) * self.step
 
     def be_ways(self, llc_level: int) -> int:
         return self.llc_be_min + min(max(llc_level, 0), self.llc_max_level)
 
     def allocation(self, current: Allocation, cpu_level: int, llc_level: int) -> Allocation:
         """`current` with the LC app and the BE jobs set to the levels; other apps unchanged."""
-        be_units = self.be_units(cpu_level)
-        lc_cores = (self.pool_units - be_units) * self.step
-        be_cores = be_units * self.step
+        turbo = self.caps.freq_levels_mhz[-1]  # the thesis' "performance" governor (Table 5.1)
+        if self.quota:  # BE jobs in the LC app's cpuset under a CFS quota (0 = unlimited at the top)
+            lc_cores = be_cores = self.pool_cores
+            be_group, be_freq = self.lc_group, turbo
+            q = self.be_quota_cores(cpu_level)
+            be_quota = 0.0 if cpu_level >= self.levels.max_level else q
+        else:
+            be_units = self.be_units(cpu_level)
+            lc_cores = (self.pool_units - be_units) * self.step
+            be_cores = be_units * self.step
+            be_group, be_freq, be_quota = self.be_group, self.be_freq, 0.0
         if self.cat:
             be_ways = self.be_ways(llc_level)
             lc_ways, be_mba = self.pool_ways - be_ways, self.be_mba
@@ -460,16 +497,17 @@ class LevelLayout:
         apps: list[AppAlloc] = []
         for a in current:
             if a.name == self.lc:
-                a = replace(a, cores=lc_cores, llc_ways=lc_ways)
+                a = replace(a, cores=lc_cores, llc_ways=lc_ways, cpu_quota=0.0, freq_mhz=turbo)
             elif a.name in self.bes:
                 a = replace(
                     a,
                     cores=be_cores,
-                    core_group=self.be_group,
-                    freq_mhz=self.be_freq,
+                    core_group=be_group,
+                    freq_mhz=be_freq,
                     llc_ways=be_ways,
                     clos=self.be_clos,
                     mba_pct=be_mba,
+                    cpu_quota=be_quota,
                 )
             apps.append(a)
         return Allocation.of(apps, self.caps)

@@ -4,7 +4,7 @@
   each maps to an entity of the `Allocation`.
 * `reference_knee(profile)`: the derived quantity that puts the app's knee at its max load
   (PARTIES Sec. 3.2): alone on its reference allocation at max load, the app meets its target in
-  `KNEE_MEET_PROB` of the 500 ms intervals. For `knee: cpu` apps that is S_ref, the service time
+  `knee_meet_prob` of 1-minute runs at `knee_load` x max load. For `knee: cpu` apps that is S_ref, the service time
   per request; for `knee: disk` apps the page touches per request (S_ref is `service_us`).
 * `SimBatch`: B independent nodes stepped together (the batched mode); `SimNode` wraps one.
 """
@@ -25,10 +25,10 @@ from env.sim.profiles import BatchProfile, LcProfile, ThreadClass, load_profile
 from env.sim.scenario import Scenario
 from env.types import Allocation, AppAlloc
 
-KNEE_MEET_PROB = 0.97  # the knee: the app alone meets its target in 97% of 1-minute runs...
-KNEE_LOAD = 1.05  # ...at 1.05 x max load: PARTIES raised the load step by step, so the knee lies
-# within the step above the reported max load; mid-step keeps max load itself met with a margin, as
-# Table 4 shows (an antagonist that does not touch the app leaves it at 100%)
+# The knee (profile.knee_load x max load, default 1.05) is where the app alone meets its target in
+# profile.knee_meet_prob (default 0.97) of 1-minute runs: PARTIES raised the load step by step, so
+# the knee lies within the step above the reported max load; mid-step keeps max load itself met
+# with a margin, as Table 4 shows (an antagonist that does not touch the app leaves it at 100%).
 KNEE_WINDOW_S = 60.0  # PARTIES Sec. 3.2: clients run for one minute; p99 over the whole run
 P99 = 0.99
 _PLACE = {"allocated": 0.0, "same_threads": 1.0, "sibling_threads": 2.0, "free_cores": 3.0}
@@ -323,12 +323,12 @@ def reference_alloc_row(pl: Platform, cores: int) -> np.ndarray:
 @cache
 def reference_knee(prof: LcProfile) -> tuple[float, float]:
     """(S_ref in s, page touches per request) putting the knee at max load: the p99 of a 1-minute
-    run at max load meets the target with probability KNEE_MEET_PROB. Bisection on the log of the
+    run at `knee_load` x max load meets the target with probability `knee_meet_prob`. Bisection on the log of the
     derived quantity, since P(meet) falls as either grows."""
     pl = load_platform(prof.reference.platform)
     plat = platform_row(pl)
     alloc = reference_alloc_row(pl, prof.reference.cores)[None, :]
-    lam = np.array([prof.max_load_rps * KNEE_LOAD])
+    lam = np.array([prof.max_load_rps * prof.knee_load])
     n = lam[0] * KNEE_WINDOW_S
 
     def knee(x: float) -> tuple[float, float]:
@@ -341,14 +341,14 @@ def reference_knee(prof: LcProfile) -> tuple[float, float]:
         return float(meet_probability(out[0, M.O_TAIL_T], n))
 
     lo, hi = math.log(1e-9), math.log(100.0 if prof.knee == "cpu" else 1e6)
-    if p_meet(math.exp(lo)) < KNEE_MEET_PROB:
+    if p_meet(math.exp(lo)) < prof.knee_meet_prob:
         raise ValueError(
             f"app {prof.name}: cannot meet {prof.qos_target_us} us at max load even with "
             f"{'instant service' if prof.knee == 'cpu' else 'no page faults'}: its fixed delays are too large"
         )
     for _ in range(80):
         mid = 0.5 * (lo + hi)
-        if p_meet(math.exp(mid)) >= KNEE_MEET_PROB:
+        if p_meet(math.exp(mid)) >= prof.knee_meet_prob:
             lo = mid
         else:
             hi = mid

@@ -467,13 +467,12 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                 ):
                     tot += busy[v]
             tot = max(tot, busy[w])
-            p2 = 0.0
-            share = 1.0
+            p2 = 0.0  # share of busy threads with a busy sibling hyperthread
+            share = 1.0  # CPU share when threads outnumber hardware threads (time-sharing)
             if tot > k:
-                if tot <= tpc * k:
-                    p2 = 2.0 * (tot - k) / tot
-                else:
-                    p2 = 1.0
+                if tpc >= 2.0:
+                    p2 = 2.0 * (min(tot, tpc * k) - k) / min(tot, tpc * k)
+                if tot > tpc * k:
                     share = tpc * k / tot
                     pwait[w] = min(1.0, (tot - tpc * k) / (tpc * k))
             speed[w] = ((1.0 - p2) + p2 * p[P_SMT]) * share

@@ -111,9 +111,6 @@ class SimNode:
         self._lc_list = list(lay.lc)
         self._names = [c.entity for c in lay.components]
         self._targets = [p.qos_target_us for p in self._profiles]
-        self._be_threads = {
-            b: sum(lay.components[w].profile.classes[lay.components[w].cls].threads for w in idx) for b, idx in lay.be.items()
-        }
         self._load_t0 = -1
         self._loads = np.zeros((len(self._lc_idx), 0))
         self._k = 0  # intervals simulated
@@ -212,13 +209,12 @@ class SimNode:
         bes = []
         for name, idx in self._layout.be.items():
             rows = [out[w] for w in idx]
-            cores = self._alloc[name].cores
             bes.append(
                 BeSample(
                     name=name,
                     throughput=sum(r[M.O_PROG] for r in rows) / self._be_norm[name],
                     usage=Usage(
-                        cpu_util=min(1.0, self._be_threads[name] / cores) if cores > 0 else 0.0,
+                        cpu_util=min(1.0, sum(r[M.O_UTIL] for r in rows)),  # busy time, quota included
                         llc_mb=sum(r[M.O_LLC] for r in rows),
                         mem_bw_gbps=sum(r[M.O_MBW] for r in rows),
                         memory_gb=sum(r[M.O_MEM] for r in rows),

@@ -1,6 +1,8 @@
 """Workload profiles: physical quantities per app, one set used in every experiment (DESIGN §4).
 
-Two kinds, both from `configs/apps/*.yaml`:
+Two kinds, both from `configs/apps/*.yaml`. A profile may `extends: <app>`: another deployment of
+the same software (e.g. the Q-PRM thesis' memcached) inherits the app's physical, fitted parameters
+and overrides only what its deployment changes (QoS target, max load, threads, reference).
 
 * `LcProfile`: a latency-critical service (PARTIES Table 2). Its service time per request is
   split into a core part (scales with 1/frequency), an LLC part (scales with uncore contention) and
@@ -73,6 +75,8 @@ class LcProfile:
     timeout_ms: float = 0.0  # requests waiting longer are dropped; 0 -> max(1 s, 4 x the QoS target)
     memory_gb: float = 0.0  # resident footprint reported by PARTIES Table 2 (informational)
     knee: Literal["cpu", "disk"] = "cpu"
+    knee_load: float = 1.05  # the knee, as a multiple of max load (PARTIES: mid-step above it)
+    knee_meet_prob: float = 0.97  # P(the 1-minute p99 meets the target) at the knee
     service_us: float = 0.0  # knee: disk only - CPU time per request at nominal frequency
     stateless: bool = False
     in_memory: bool = False
@@ -146,6 +150,15 @@ Profile = LcProfile | BatchProfile
 
 
 def _parse(data: dict, where: str) -> Profile:
+    if isinstance(data, dict) and "extends" in data:  # another deployment of the same app
+        base = data["extends"]
+        try:
+            base_data = load_yaml(resolve_config("apps", base))
+        except ConfigError as e:
+            raise ConfigError(f"{where}.extends: {e}") from None
+        if not isinstance(base_data, dict) or "extends" in base_data:
+            raise ConfigError(f"{where}.extends: {base!r} must be a plain profile (no chains)")
+        data = {**base_data, **{k: v for k, v in data.items() if k != "extends"}}  # fitted values inherited
     if not isinstance(data, dict) or "kind" not in data:
         raise ConfigError(f"{where}: a profile needs `kind: lc` or `kind: batch`")
     data = dict(data)

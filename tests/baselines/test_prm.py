@@ -184,6 +184,22 @@ def test_cpu_levels_map_to_be_cores_over_the_pool():
     assert alloc["memcached"].cores + alloc["spec_be"].cores == pytest.approx(9.0)
 
 
+def test_quota_mode_keeps_the_be_jobs_in_the_lc_cpuset_under_a_cfs_quota():
+    """Sec. 4.1.2 / 7.1.1: the PRM throttles the BE job's CPU quota inside the shared cpuset."""
+    caps = qprm_caps(core_step=1.0)
+    levels = dataclasses.replace(LEVELS, cpu_mode="quota")
+    start = fair_allocation(caps)
+    lay = LevelLayout(caps, start, "memcached", ("spec_be",), levels, cat=True)
+    assert lay.be_cores(0) == pytest.approx(0.01)  # 1% of a CPU even with whole-core steps
+    assert lay.be_cores(10) == pytest.approx(4.5) and lay.be_cores(20) == pytest.approx(9.0)
+    for level, quota in ((0, 0.01), (7, 3.15), (20, 0.0)):  # 0 = no quota at the top level
+        a = lay.allocation(start, level, 0)
+        validate_allocation(a, caps)
+        assert a["spec_be"].core_group == a["memcached"].core_group
+        assert a["spec_be"].cores == a["memcached"].cores == pytest.approx(9.0)
+        assert a["spec_be"].cpu_quota == pytest.approx(quota) and a["memcached"].cpu_quota == 0.0
+
+
 def test_level_zero_rounds_up_to_one_core_step():
     caps = qprm_caps(core_step=1.0)
     lay = LevelLayout(caps, fair_allocation(caps), "memcached", ("spec_be",), LEVELS, cat=True)
@@ -470,7 +486,9 @@ def test_basic_violation_throttles_to_zero_then_restores_half_after_recovery():
 # ---- configuration ------------------------------------------------------------------------------------
 def test_yaml_builds_every_spec_with_the_thesis_constants():
     cfgs = load_configs()
-    assert cfgs.levels == LevelMap(max_level=20, min_quota_cores=0.01, llc_min_ways=2, llc_lc_min_ways=2)
+    assert cfgs.levels == LevelMap(
+        max_level=20, min_quota_cores=0.01, llc_min_ways=2, llc_lc_min_ways=2, cpu_mode="quota"
+    )
     assert (cfgs.prm.cpu_cycle_s, cfgs.prm.cpu_quiet_cycles) == (2.0, 7)
     assert (cfgs.prm.llc_cycle_s, cfgs.prm.llc_quiet_cycles) == (20.0, 6)
     assert cfgs.prm.cat and not cfgs.prm_nocat.cat
@@ -546,8 +564,15 @@ def test_short_simnode_run(spec):
         obs = node.step(d.allocation)  # SimNode.apply validates every allocation
         a = obs.allocation
         assert a["xapian"] == start["xapian"]  # the other LC app is left alone
-        assert a["memcached"].cores + a["be_parties"].cores == pytest.approx(pool)
-        assert a["be_parties"].cores == pytest.approx(ctrl.layout.be_cores(ctrl.cpu_level))
+        lay = ctrl.layout
+        if lay.quota:  # the shipped configuration: BE under a CFS quota in the LC app's cpuset
+            assert a["be_parties"].core_group == a["memcached"].core_group
+            assert a["memcached"].cores == a["be_parties"].cores == pytest.approx(pool)
+            top = ctrl.cpu_level >= lay.levels.max_level
+            assert a["be_parties"].cpu_quota == pytest.approx(0.0 if top else lay.be_cores(ctrl.cpu_level))
+        else:
+            assert a["memcached"].cores + a["be_parties"].cores == pytest.approx(pool)
+            assert a["be_parties"].cores == pytest.approx(lay.be_cores(ctrl.cpu_level))
     assert ctrl.lc == "memcached" and levels[0] == 0
     if spec.startswith("prm"):
         # Light load, no profile: no contention, so +1 level every 14 s (7 quiet 2-s cycles).
