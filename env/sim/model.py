@@ -218,6 +218,28 @@ def _miss_mass(res_pages, data_pages, s):
 
 
 @njit(cache=True)
+def _water_fill(prm_b, need_gb, rate, tau, out, nw):
+    """Resident GB per component when the kernel keeps every page touched more often than `tau`
+    per second (Zipf popularity; uniform when zipf = 0), capped by each one's need; returns the sum."""
+    used = 0.0
+    for w in range(nw):
+        p = prm_b[w]
+        out[w] = 0.0
+        if p[P_ACTIVE] < 0.5 or need_gb[w] <= 0.0:
+            continue
+        npg = p[P_DATA_GB] / PAGE_GB
+        touch = max(rate[w] * p[P_PAGES], 1e-12)
+        s = p[P_ZIPF]
+        if s <= 1e-6:
+            keep = npg if touch / npg >= tau else 0.0
+        else:
+            keep = (touch / (tau * _harmonic(npg, s))) ** (1.0 / s)
+        out[w] = min(need_gb[w], keep * PAGE_GB)
+        used += out[w]
+    return used
+
+
+@njit(cache=True)
 def _erlang_c(c, a):
     """Probability of waiting in M/M/c with offered load a (Erlangs), via the Erlang-B recursion."""
     b = 1.0
@@ -655,39 +677,11 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             hi = 30.0
             for _ in range(60):
                 mid = 0.5 * (lo + hi)
-                tau = math.exp(mid)
-                used = 0.0
-                for w in range(nw):
-                    p = prm[b, w]
-                    if p[P_ACTIVE] < 0.5 or tmp[w] <= 0.0:
-                        continue
-                    npg = p[P_DATA_GB] / PAGE_GB
-                    touch = max(rate[w] * p[P_PAGES], 1e-12)
-                    s = p[P_ZIPF]
-                    if s <= 1e-6:
-                        keep = npg if touch / npg >= tau else 0.0
-                    else:
-                        keep = (touch / (tau * _harmonic(npg, s))) ** (1.0 / s)
-                    used += min(tmp[w], keep * PAGE_GB)
-                if used > pl[PL_MEM_GB]:
+                if _water_fill(prm[b], tmp, rate, math.exp(mid), res_t, nw) > pl[PL_MEM_GB]:
                     lo = mid
                 else:
                     hi = mid
-            tau = math.exp(hi)
-            used = 0.0
-            for w in range(nw):
-                p = prm[b, w]
-                if p[P_ACTIVE] < 0.5 or tmp[w] <= 0.0:
-                    continue
-                npg = p[P_DATA_GB] / PAGE_GB
-                touch = max(rate[w] * p[P_PAGES], 1e-12)
-                s = p[P_ZIPF]
-                if s <= 1e-6:
-                    keep = npg if touch / npg >= tau else 0.0
-                else:
-                    keep = (touch / (tau * _harmonic(npg, s))) ** (1.0 / s)
-                res_t[w] = min(tmp[w], keep * PAGE_GB)
-                used += res_t[w]
+            used = _water_fill(prm[b], tmp, rate, math.exp(hi), res_t, nw)
             # what is left belongs to the uniformly touched components whose per-page rate sits at
             # the threshold (the water level's discontinuity), shared in proportion to their need
             left = pl[PL_MEM_GB] - used
