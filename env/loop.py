@@ -39,14 +39,14 @@ import numpy as np
 from env.controller import Controller
 from env.guards import GuardChain, clamp_only
 from env.node import Clock, Node
-from env.types import AllocationError, AppAlloc, Decision, Observation, slack
+from env.types import AllocationError, AppAlloc, Decision, Observation, QosVerdict
 
 log = logging.getLogger("coloc.loop")
 
 
 # ---- records --------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class AppTick:
+class AppTick(QosVerdict):
     """One LC app over one interval, as recorded (a JSON-friendly `AppSample`)."""
 
     name: str
@@ -57,20 +57,6 @@ class AppTick:
     served_rps: float
     dropped_rps: float
     valid: bool = True
-
-    @property
-    def slack(self) -> float:
-        """(target - p99) / target, positive when QoS is met; NaN for an invalid sample."""
-        return slack(self.target_us, self.p99_us) if self.valid else math.nan
-
-    @property
-    def tardiness(self) -> float:
-        """p99 / target (> 1 is a violation); NaN for an invalid sample."""
-        return self.p99_us / self.target_us if self.valid else math.nan
-
-    @property
-    def meets_qos(self) -> bool:
-        return self.valid and self.p99_us <= self.target_us
 
 
 @dataclass(frozen=True, slots=True)

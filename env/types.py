@@ -528,8 +528,29 @@ class Usage:
     freq_mhz: float  # achieved frequency of the app's cores (turbo and power limits included)
 
 
+class QosVerdict:
+    """A p99 judged against its QoS target (mixin of `AppSample` and the loop's records; expects
+    `p99_us`, `target_us` and `valid`). Slack is defined once, in `slack()`."""
+
+    __slots__ = ()
+
+    @property
+    def slack(self) -> float:
+        """(target - p99) / target, positive when QoS is met; NaN for an invalid sample."""
+        return slack(self.target_us, self.p99_us) if self.valid else math.nan  # type: ignore[attr-defined]
+
+    @property
+    def tardiness(self) -> float:
+        """p99 / target (Q-PRM's QoS tardiness; > 1 is a violation); NaN for an invalid sample."""
+        return self.p99_us / self.target_us if self.valid else math.nan  # type: ignore[attr-defined]
+
+    @property
+    def meets_qos(self) -> bool:
+        return self.valid and self.p99_us <= self.target_us  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True, slots=True)
-class AppSample:
+class AppSample(QosVerdict):
     """One LC app over one interval: its p99 against its target, its load and its usage.
 
     `valid` is false when the latency feed failed (stale or silent): then `p99_us` is NaN and a
@@ -546,19 +567,6 @@ class AppSample:
     requests: int
     usage: Usage
     valid: bool = True
-
-    @property
-    def slack(self) -> float:
-        return slack(self.target_us, self.p99_us) if self.valid else math.nan
-
-    @property
-    def tardiness(self) -> float:
-        """p99 / target (Q-PRM's QoS tardiness; > 1 is a violation)."""
-        return self.p99_us / self.target_us if self.valid else math.nan
-
-    @property
-    def meets_qos(self) -> bool:
-        return self.valid and self.p99_us <= self.target_us
 
 
 @dataclass(frozen=True, slots=True)
