@@ -133,6 +133,7 @@ def platform_row(pl: Platform) -> np.ndarray:
     r[M.PL_NET_GBPS] = pl.network.gbps
     r[M.PL_NET_CONG_S] = pl.network.congestion_delay_ms / 1000
     r[M.PL_SCHED_S] = pl.sched_wakeup_delay_ms / 1000
+    r[M.PL_SCHED_SLICE_S] = pl.sched_slice_ms / 1000
     r[M.PL_MIG_PEN] = pl.migration_penalty
     r[M.PL_DT] = pl.interval_s
     return r
@@ -156,6 +157,7 @@ def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
     r[M.P_FLLC] = prof.frac_llc
     r[M.P_FMEM] = prof.frac_mem
     r[M.P_SMT] = prof.smt_speed
+    r[M.P_PRESS] = prof.smt_pressure
     r[M.P_PWR] = prof.power_factor
     r[M.P_LLC_APU] = prof.llc_accesses_per_req
     r[M.P_LLC_KAPPA] = prof.llc_kappa_mb
@@ -192,6 +194,7 @@ def batch_row(prof: BatchProfile, c: ThreadClass, target: int) -> np.ndarray:
     r[M.P_FLLC] = c.frac_llc
     r[M.P_FMEM] = c.frac_mem
     r[M.P_SMT] = c.smt_speed
+    r[M.P_PRESS] = c.smt_pressure
     r[M.P_PWR] = c.power_factor
     r[M.P_LLC_APU] = c.llc_access_gbps * 1e9 / 64
     r[M.P_LLC_STREAM] = 1

@@ -86,7 +86,8 @@ PL_SCHED_S = 26
 PL_MIG_PEN = 27
 PL_DT = 28
 PL_LLC_STREAM_W = 29  # weight of streamed lines in LLC sharing (adaptive, scan-resistant insertion)
-NPL = 30
+PL_SCHED_SLICE_S = 30  # CFS time slice: requests longer than this are stretched by time-sharing
+NPL = 31
 
 # ---- component parameters -----------------------------------------------------------------------
 P_ACTIVE = 0
@@ -122,7 +123,8 @@ P_BUSY = 29  # batch: fraction of time each thread is runnable (dd and iperf mos
 P_IOS = 30  # sequential disk reads per page-cache miss event (index + data pages)
 P_LLC_ALPHA = 31  # power-law exponent of the miss curve
 P_SPLIT = 32  # service time = two exponential stages with means split f : 1-f (0 = one stage)
-NP = 33
+P_PRESS = 33  # how much this workload's thread slows its sibling hyperthread (compute hog = 1)
+NP = 34
 
 # ---- allocation row -----------------------------------------------------------------------------
 A_CORES = 0
@@ -431,7 +433,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
     out (B, W, NO) and nout (B, NNO) written."""
     nb, nw = prm.shape[0], prm.shape[1]
     busy = np.zeros(nw)
-    speed = np.ones(nw)
+    speed = np.ones(nw)  # per-hardware-thread speed (SMT)
+    hw = np.zeros(nw)  # hardware threads a workload gets
     pwait = np.zeros(nw)
     freq = np.zeros(nw)
     rate = np.zeros(nw)  # units per second (requests for LC)
@@ -476,45 +479,54 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                     busy[w] = min(busy[w], alloc[b, w, A_QUOTA])
         for w in range(nw):
             p = prm[b, w]
+            hw[w] = 0.0
             if p[P_ACTIVE] < 0.5 or (p[P_PLACE] >= 0.5 and p[P_PLACE] < 2.5):
                 continue
             k = alloc[b, w, A_CORES]
             if k <= 0.0:
                 continue
             g = alloc[b, w, A_GROUP]
-            tot = 0.0
+            hk = tpc * k  # hardware threads of the group
+            n_other = 0.0  # runnable threads of the group's other workloads
+            press_other = 0.0
             for v in range(nw):
-                if prm[b, v, P_ACTIVE] > 0.5 and alloc[b, v, A_GROUP] == g and not (
+                if v != w and prm[b, v, P_ACTIVE] > 0.5 and alloc[b, v, A_GROUP] == g and not (
                     prm[b, v, P_PLACE] >= 0.5 and prm[b, v, P_PLACE] < 2.5
                 ):
-                    tot += busy[v]
-            tot = max(tot, busy[w])
-            p2 = 0.0  # share of busy threads with a busy sibling hyperthread
-            share = 1.0  # CPU share when threads outnumber hardware threads (time-sharing)
-            if tot > k:
-                if tpc >= 2.0:
-                    p2 = 2.0 * (min(tot, tpc * k) - k) / min(tot, tpc * k)
-                if tot > tpc * k:
-                    share = tpc * k / tot
-                    pwait[w] = min(1.0, (tot - tpc * k) / (tpc * k))
-            speed[w] = ((1.0 - p2) + p2 * p[P_SMT]) * share
+                    n_other += busy[v]
+                    press_other += busy[v] * prm[b, v, P_PRESS]
+            # an LC app's capacity is what it gets at saturation (all its threads runnable); a
+            # batch class runs its busy threads. CFS shares the hardware threads by runnable thread.
+            dem = p[P_THREADS] if p[P_KIND] < 0.5 else busy[w]
+            tot = dem + n_other
+            hw[w] = dem * min(1.0, hk / tot) if tot > 0.0 else 0.0
             q = alloc[b, w, A_QUOTA]
-            if q > 0.0 and p[P_KIND] < 0.5:  # an LC app's threads share q cores' worth of time
-                speed[w] *= min(1.0, q / p[P_THREADS])
+            if q > 0.0 and p[P_KIND] < 0.5:  # a CFS quota caps the CPU time of its threads
+                hw[w] = min(hw[w], q)
+            used = min(hk, tot)
+            p2 = 0.0  # share of hardware threads with a busy sibling
+            if tpc >= 2.0 and used > k:
+                p2 = 2.0 * (used - k) / used
+            pbar = (dem * p[P_PRESS] + press_other) / tot if tot > 0.0 else 0.0  # sibling's pressure
+            speed[w] = (1.0 - p2) + p2 * (1.0 - (1.0 - p[P_SMT]) * pbar)
+            runnable = busy[w] + n_other  # a waking thread may find its hardware thread taken
+            if runnable > hk:
+                pwait[w] = min(1.0, (runnable - hk) / hk)
         # antagonists pinned onto an app's hyperthreads (PARTIES Table 3)
         for a in range(nw):
             pa = prm[b, a]
             if pa[P_ACTIVE] < 0.5:
                 continue
             t = int(pa[P_TARGET])
-            if t < 0 or t >= nw:
+            if t < 0 or t >= nw or not (pa[P_PLACE] > 0.5 and pa[P_PLACE] < 2.5):
                 continue
+            hw[a] = busy[a]  # it runs on the target's hardware threads
             if pa[P_PLACE] > 0.5 and pa[P_PLACE] < 1.5:  # same hyperthreads: CFS time-sharing
-                speed[t] *= prm[b, t, P_THREADS] / (prm[b, t, P_THREADS] + min(pa[P_THREADS], prm[b, t, P_THREADS]))
+                hw[t] *= prm[b, t, P_THREADS] / (prm[b, t, P_THREADS] + min(pa[P_THREADS], prm[b, t, P_THREADS]))
                 pwait[t] = 1.0
             elif pa[P_PLACE] > 1.5 and pa[P_PLACE] < 2.5:  # sibling hyperthreads: SMT contention
                 f2 = min(1.0, pa[P_THREADS] / max(prm[b, t, P_THREADS], 1.0))
-                speed[t] *= (1.0 - f2) + f2 * prm[b, t, P_SMT]
+                speed[t] *= (1.0 - f2) + f2 * (1.0 - (1.0 - prm[b, t, P_SMT]) * pa[P_PRESS])
         # ---------------- 2. power and turbo --------------------------------------------------
         dynw = pl[PL_CORE_DYN_W]
         n_act = pl[PL_IRQ_ACTIVE]
@@ -576,7 +588,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             elif state[b, w, S_INIT] > 0.5:
                 rate[w] = state[b, w, S_RATE]
             else:
-                rate[w] = busy[w] * speed[w]
+                rate[w] = hw[w] * speed[w]
         # ---------------- 3. LLC occupancy -----------------------------------------------------
         mbw = pl[PL_LLC_MB] / pl[PL_LLC_WAYS]
         for w in range(nw):
@@ -739,7 +751,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                 if alloc[b, w, A_MOVED] > 0.5:
                     slow[w] *= 1.0 + pl[PL_MIG_PEN]
                 if p[P_KIND] > 0.5:
-                    rnew = busy[w] * speed[w] / slow[w]
+                    rnew = hw[w] * speed[w] / slow[w]
                     rate[w] = rnew if _it == 0 else 0.5 * rate[w] + 0.5 * rnew
         nout[b, N_MEMU] = memu
         nout[b, N_LLCU] = llcu
@@ -819,9 +831,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             # ---- LC app: queueing ----
             nthr = p[P_THREADS]
             lam = arrivals[b, w] / dt
-            svc = p[P_SREF] * slow[w] / max(speed[w], 1e-6)
-            mu = 1.0 / svc
-            cpu_cap = nthr * mu
+            svc = p[P_SREF] * slow[w] / max(speed[w], 1e-6)  # per hardware thread
+            cpu_cap = max(hw[w], 1e-9) / svc  # requests/s at saturation
             # disk: miss events per request, each `ios` sequential reads on this app's disk share;
             # a competing sequential stream holds the disk for up to a scheduler slice per event
             mf = p[P_PAGES] * mm[w]
@@ -855,12 +866,20 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             o[O_CAP] = mu_tot
             # stochastic part at the (capped) utilisation of the CPU queue
             lam_q = min(lam, 0.995 * mu_tot, 0.995 * cpu_cap)
-            if p[P_PERTHREAD] > 0.5:
+            # Servers: with fewer hardware threads than software threads, short requests run at
+            # full speed within a CFS slice (the hardware threads are the servers; waiting for a
+            # slice is the scheduling-delay term), long ones span slices and are stretched (every
+            # software thread is a slower server). Capacity is the same either way.
+            mix = min(1.0, svc / pl[PL_SCHED_SLICE_S])
+            servers = max(1.0, min(hw[w], nthr) + mix * max(0.0, nthr - hw[w]))
+            if p[P_PERTHREAD] > 0.5:  # connections pinned to threads: one queue per server
                 c = 1
-                lam_c = lam_q / nthr
-            else:
-                c = int(nthr + 0.5)
+                lam_c = lam_q / servers
+                mu = cpu_cap / servers
+            else:  # one queue for the thread pool
+                c = max(1, int(servers + 0.5))
                 lam_c = lam_q
+                mu = cpu_cap / c
             a = lam_c / mu
             cw = _erlang_c(c, a) if lam_c > 0.0 else 0.0
             theta = (c * mu - lam_c) * 2.0 / (1.0 + p[P_CV2])
@@ -919,7 +938,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             served = max(0.0, (arrivals[b, w] + q0 - q1 - dropped) / dt)
             o[O_SERVED] = served
             o[O_DROPPED] = dropped / dt
-            busy_next = min(nthr, served * svc)
+            busy_next = nthr if q1 > 0.0 else min(nthr, served * svc)  # runnable threads
             state[b, w, S_BUSY] = busy_next
             o[O_UTIL] = min(1.0, busy_next / kc) if kc > 0.0 else 0.0
             mbw_w = served * p[P_DRAM] * miss[w] / mref

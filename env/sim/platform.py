@@ -92,6 +92,7 @@ class Platform:
     network: NetworkSpec
     mba: MbaSpec = MbaSpec()
     sched_wakeup_delay_ms: float = 2.0  # CFS wake-up delay behind a CPU hog on the same hyperthread
+    sched_slice_ms: float = 4.0  # CFS time slice when threads outnumber hardware threads
     migration_penalty: float = 0.05  # service slowdown during the interval its cores changed
     interval_s: float = 0.5
     source: str = ""

@@ -53,7 +53,7 @@ class LcProfile:
     # service-time composition at nominal frequency, reference occupancy, idle memory (fitted)
     frac_llc: float
     frac_mem: float
-    smt_speed: float  # per-thread speed while the sibling hyperthread is busy (fitted)
+    smt_speed: float  # per-thread speed while the sibling hyperthread runs a compute hog (fitted)
     base_latency_us: float  # network round trip and client time, outside the server (fitted)
     # LLC: miss ratio m(x) = miss_min + (1 - miss_min) * (1 + x / llc_kappa_mb)^-llc_alpha at occupancy x
     llc_kappa_mb: float
@@ -68,11 +68,12 @@ class LcProfile:
     net_bytes_per_req: float  # PARTIES Table 2 network bandwidth / max load
     ios_per_miss: float = 1.0  # sequential disk reads per page-cache miss event (index + data pages)
     llc_alpha: float = 1.0
+    smt_pressure: float = 0.5  # how much its thread slows its sibling, relative to a compute hog (1)
     service_cv2: float = 1.0  # variability stretching the queueing wait ((1 + cv2)/2, Allen-Cunneen)
     service_split: float = 0.0  # service time as two exponential stages split f : 1-f (0 = exponential)
     power_factor: float = 0.8
     net_flows: float = 8.0  # client connections, for the link's per-flow fairness
-    timeout_ms: float = 0.0  # requests waiting longer are dropped; 0 -> max(1 s, 4 x the QoS target)
+    timeout_ms: float = 0.0  # requests waiting longer are dropped (bounded server-side queues); 0 -> max(50 ms, 10 x target)
     memory_gb: float = 0.0  # resident footprint reported by PARTIES Table 2 (informational)
     knee: Literal["cpu", "disk"] = "cpu"
     knee_load: float = 1.05  # the knee, as a multiple of max load (PARTIES: mid-step above it)
@@ -106,7 +107,7 @@ class LcProfile:
 
     @property
     def timeout_s(self) -> float:
-        return (self.timeout_ms or max(1000.0, 4 * self.qos_target_us / 1000)) / 1000
+        return (self.timeout_ms or max(50.0, 10 * self.qos_target_us / 1000)) / 1000
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,8 @@ class ThreadClass:
     cpu_util: float = 1.0  # fraction of time each thread is runnable (I/O-bound threads mostly wait)
     frac_llc: float = 0.0
     frac_mem: float = 0.0
-    smt_speed: float = 0.6
+    smt_speed: float = 0.6  # speed beside a compute hog on the sibling hyperthread
+    smt_pressure: float = 1.0  # how much it slows its sibling (compute hog = 1, memory-bound ~0.3)
     power_factor: float = 1.0
     llc_access_gbps: float = 0.0  # LLC access bandwidth (64 B lines)
     llc_footprint_mb: float = 0.0  # streamed array per thread; its misses go to DRAM
