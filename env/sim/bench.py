@@ -4,8 +4,9 @@ Writes `DIR/bench.json` with
 
 * `sim_steps_per_s`: one 3-app node (memcached, xapian, nginx + the BE job) through the Python
   API: `SimNode.step()` = one interval of physics plus the `Observation` it returns. Goal >= 20,000.
-* `sim_batched_app_steps_per_s`: the batched simulator (`SimBatch.step`: arrival and p99 sampling
-  plus the kernel) over many 3-app nodes, counted in LC app-intervals per second. Goal >= 1,000,000.
+* `sim_batched_app_steps_per_s`: the batched simulator (`SimBatch.step` with its shared generator:
+  arrival and p99 sampling plus the kernel) over `--batch` 3-app nodes, counted in LC
+  app-intervals per second. Goal >= 1,000,000.
 * `fleet_node_steps_per_s`: the batched mode as the vector env uses it (`SimFleet.step`, which also
   builds one `Observation` per node), for transparency.
 
@@ -57,8 +58,10 @@ def run(repeats: int = 5, batch: int = 4096) -> dict:
     fleet_small = SimFleet([scn] * 64, seed=0)
     fleet_rate = _rate(lambda: fleet_small.step(), 20, repeats) * 64
 
+    # the batched simulator for large batches: one shared generator, one kernel call per interval
     fleet = SimFleet([scn] * batch, seed=1)
     sim = fleet.batch
+    sim.rngs = None  # per-node streams are for small batches (exact agreement with SimNode)
     for nd in fleet.nodes:
         nd._prepare()  # offered loads into the shared batch, as SimFleet.step does
     n_lc = int(sim._lc.sum())
