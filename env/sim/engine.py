@@ -144,6 +144,16 @@ def llc_footprint_mb(prof: LcProfile) -> float:
     return min(2000.0, prof.llc_kappa_mb * (100.0 ** (1.0 / prof.llc_alpha) - 1.0))
 
 
+@cache
+def working_set_table(kappa: float, alpha: float, mmin: float, foot: float) -> np.ndarray:
+    """G(x_j) = integral_0^x_j dx / m(x) in MB at x_j = foot * model.GRID[j]: by Denning's
+    working-set relation dW/dt = accesses x m(W), the MB an app must touch to hold W (Che's LRU)."""
+    x = np.concatenate(([0.0], np.geomspace(foot * 1e-9, foot, 4000)))
+    inv = 1.0 / (mmin + (1.0 - mmin) * (1.0 + x / kappa) ** (-alpha))
+    g = np.concatenate(([0.0], np.cumsum(0.5 * (inv[1:] + inv[:-1]) * np.diff(x))))
+    return np.interp(M.GRID * foot, x, g)
+
+
 def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
     """The kernel row of an LC app; `knee` = (S_ref in s, page touches per request)."""
     s_ref, pages = knee
@@ -166,6 +176,7 @@ def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
     r[M.P_LLC_MMIN] = prof.llc_miss_min
     r[M.P_LLC_STREAM] = 0
     r[M.P_LLC_MREF] = M._miss(min(ref.llc.mb, foot), prof.llc_kappa_mb, prof.llc_alpha, foot, prof.llc_miss_min, 0.0)
+    r[M.P_GTAB : M.P_GTAB + M.NG] = working_set_table(prof.llc_kappa_mb, prof.llc_alpha, prof.llc_miss_min, foot)
     r[M.P_DRAM] = prof.dram_bytes_per_req / 1e9
     r[M.P_DATA_GB] = prof.dataset_gb
     r[M.P_ZIPF] = prof.zipf

@@ -17,9 +17,10 @@ Per interval, per node:
 2. **Power and turbo.** Groups capped at the turbo level share one frequency: the turbo bin for the
    number of active cores, lowered until the socket fits its TDP (dynamic power ~ f^3 x power
    factor per busy core). Fixed (userspace) levels are applied as set.
-3. **LLC.** Components of a CLOS share its ways; occupancy settles where each holds a share in
-   proportion to its insertion (miss) rate, capped by its footprint (an LRU sharing model), with
-   streamed lines weighted down (Intel's adaptive insertion resists scans since Ivy Bridge). The
+3. **LLC.** Components of a CLOS share its ways under LRU, by Che's approximation: one
+   characteristic time T for the partition, each component holding its working set W(T) (from its
+   miss curve for reuse patterns; what it streamed for array-cycling threads, a pure scan being
+   demoted by Intel's adaptive, scan-resistant insertion). The
    miss ratio follows each profile's miss curve. Growth is lagged by the fill rate (cache warm-up
    after a CAT change); a CLOS migration flushes the app's lines (CoCo Sec. 3.3).
 4. **Memory capacity.** Resident memory is the most frequently touched pages: a water-filling
@@ -124,7 +125,10 @@ P_IOS = 30  # sequential disk reads per page-cache miss event (index + data page
 P_LLC_ALPHA = 31  # power-law exponent of the miss curve
 P_SPLIT = 32  # service time = two exponential stages with means split f : 1-f (0 = one stage)
 P_PRESS = 33  # how much this workload's thread slows its sibling hyperthread (compute hog = 1)
-NP = 34
+P_GTAB = 34  # LC: G(x_j) = integral_0^x_j dx / m(x) (MB) at x_j = footprint * GRID[j] (Che's working set)
+NG = 24
+NP = P_GTAB + NG
+GRID = np.geomspace(1e-6, 1.0, NG)
 
 # ---- allocation row -----------------------------------------------------------------------------
 A_CORES = 0
@@ -193,6 +197,38 @@ def _miss(x, kappa, alpha, foot, mmin, stream):
     if kappa <= 0.0:
         return mmin
     return mmin + (1.0 - mmin) * (1.0 + x / kappa) ** (-alpha)
+
+
+@njit(cache=True)
+def _working_set(p, rate, t, cap, stream_w):
+    """MB of distinct lines a component touched in the last `t` seconds (Che's approximation).
+    Reuse (LC apps): W solves G(W) = touched MB, with G(x) = int_0^x dx'/m(x') tabulated per app.
+    Streams (batch threads cycling over arrays): everything touched, up to the footprint; a thread
+    whose array is at least the partition is a pure scan, demoted by scan-resistant insertion."""
+    touched = rate * p[P_LLC_APU] * LINE_MB * t
+    foot = p[P_LLC_FOOT]
+    if p[P_LLC_STREAM] > 0.5:
+        if foot / max(p[P_THREADS], 1.0) >= cap:
+            touched *= stream_w
+        return min(foot, touched)
+    g0 = p[P_GTAB]
+    if touched <= g0:
+        return touched * (GRID[0] * foot) / max(g0, 1e-300)
+    if touched >= p[P_GTAB + NG - 1]:
+        return foot
+    lo = 0
+    hi = NG - 1
+    while hi - lo > 1:
+        m = (lo + hi) // 2
+        if p[P_GTAB + m] <= touched:
+            lo = m
+        else:
+            hi = m
+    ga = p[P_GTAB + lo]
+    gb = p[P_GTAB + hi]
+    xa = GRID[lo] * foot
+    xb = GRID[hi] * foot
+    return xa + (xb - xa) * (touched - ga) / max(gb - ga, 1e-300)
 
 
 @njit(cache=True)
@@ -613,43 +649,24 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             if members == 1:  # alone in its CLOS: it holds what it can use of the ways
                 occ_t[w] = max(min(cap, p[P_LLC_FOOT]), 1e-9)
                 continue
-            for _ in range(6):
-                ins_tot = 0.0
+            # Che's approximation of LRU: the members share one characteristic time T; each holds
+            # the distinct lines it touched in the last T (its working set W(T)); T solves
+            # sum W(T) = capacity (bisection on log T).
+            lo = math.log(1e-9)
+            hi = math.log(1e4)
+            for _ in range(48):
+                mid = 0.5 * (lo + hi)
+                tot = 0.0
                 for v in range(nw):
                     if tmp[v] > 0.5:
-                        pv = prm[b, v]
-                        mv = _miss(tmp3[v], pv[P_LLC_KAPPA], pv[P_LLC_ALPHA], pv[P_LLC_FOOT], pv[P_LLC_MMIN], pv[P_LLC_STREAM])
-                        mm[v] = rate[v] * pv[P_LLC_APU] * max(mv, 1e-4)
-                        if pv[P_LLC_STREAM] > 0.5:  # scan-resistant insertion demotes streamed lines
-                            mm[v] *= pl[PL_LLC_STREAM_W]
-                        ins_tot += mm[v]
-                left = cap
-                wsum = ins_tot
-                # cap at footprints, redistribute what is left
-                for v in range(nw):
-                    if tmp[v] > 0.5:
-                        occ_t[v] = -1.0
-                for _r in range(nw + 1):
-                    changed = False
-                    for v in range(nw):
-                        if tmp[v] > 0.5 and occ_t[v] < 0.0 and wsum > 0.0:
-                            want = left * mm[v] / wsum
-                            if want >= tmp2[v]:
-                                occ_t[v] = tmp2[v]
-                                left -= tmp2[v]
-                                wsum -= mm[v]
-                                changed = True
-                    if not changed:
-                        break
-                for v in range(nw):
-                    if tmp[v] > 0.5 and occ_t[v] < 0.0:
-                        occ_t[v] = left * mm[v] / wsum if wsum > 0.0 else 0.0
-                for v in range(nw):
-                    if tmp[v] > 0.5:
-                        tmp3[v] = 0.5 * tmp3[v] + 0.5 * max(occ_t[v], 1e-3)
+                        tot += _working_set(prm[b, v], rate[v], math.exp(mid), cap, pl[PL_LLC_STREAM_W])
+                if tot > cap:
+                    hi = mid
+                else:
+                    lo = mid
             for v in range(nw):
                 if tmp[v] > 0.5:
-                    occ_t[v] = max(tmp3[v], 1e-9)
+                    occ_t[v] = max(_working_set(prm[b, v], rate[v], math.exp(lo), cap, pl[PL_LLC_STREAM_W]), 1e-9)
         for w in range(nw):
             p = prm[b, w]
             if p[P_ACTIVE] < 0.5:

@@ -229,3 +229,25 @@ def test_without_hyperthreads_oversubscription_time_shares_without_an_smt_penalt
     assert free[-1].tardiness > 1  # 95% load with 9/10 of the CPU: really overloaded
     assert after[0].tardiness > 1  # the backlog takes several intervals to drain...
     assert np.mean([a.tardiness <= 1 for a in after[20:]]) > 0.9  # ...then it recovers (no latch)
+
+
+def test_lru_sharing_reusing_thrashers_squeeze_an_app_but_a_scan_does_not():
+    """Che's approximation with scan resistance: 12 threads cycling over arrays that fit take the
+    LLC from memcached (PARTIES Table 4 "LLC bandwidth": 0%), one thread streaming an LLC-sized array
+    barely does (Table 4 "LLC capacity": 90%)."""
+    from env.sim.experiments import with_antagonist
+
+    out, _, _ = analytic_outputs(
+        [
+            with_antagonist("memcached", None),
+            with_antagonist("memcached", "llc_capacity"),
+            with_antagonist("memcached", "llc_bandwidth"),
+        ],
+        np.array([0.5]),
+    )
+    alone, scan, reuse = (float(out[i, 0, 0, M.O_LLC]) for i in range(3))
+    llc = load_platform("parties").llc.mb
+    assert scan > 0.5 * min(alone, llc)
+    assert reuse < 0.1 * scan
+    # every member of the shared partition together holds at most the partition
+    assert float(out[2, 0, :, M.O_LLC].sum()) <= llc * (1 + 1e-6)
