@@ -247,7 +247,7 @@ def test_lru_sharing_reusing_thrashers_squeeze_an_app_but_a_scan_does_not():
     )
     alone, scan, reuse = (float(out[i, 0, 0, M.O_LLC]) for i in range(3))
     llc = load_platform("parties").llc.mb
-    assert scan > 0.5 * min(alone, llc)
+    assert scan > 0.25 * min(alone, llc)  # a scan keeps taking a share: scan resistance is not immunity
     assert reuse < 0.1 * scan
     # every member of the shared partition together holds at most the partition
     assert float(out[2, 0, :, M.O_LLC].sum()) <= llc * (1 + 1e-6)
