@@ -78,7 +78,7 @@ class LcFloorConfig:
     """Floors per LC app. `min_freq_mhz` None = no frequency floor (PARTIES lowers LC frequency
     below nominal when it downsizes, Sec. 4.2.3); `min_memory_gb` 0 = no memory floor."""
 
-    min_cores: float = 2.0
+    min_cores: float = 1.0
     min_llc_ways: int = 2
     min_freq_mhz: int | None = None
     min_memory_gb: float = 0.0
@@ -673,8 +673,13 @@ class EmergencyGuard:
             return decision, ""
         if _structure(target) != _structure(obs.allocation):
             return dataclasses.replace(decision, allocation=None), "regrouping during an emergency: held"
-        out = limit_lc_decreases(obs.allocation, target, caps, lambda app, res: 0.0)
-        return dataclasses.replace(decision, allocation=out), "no LC reduction during an emergency"
+        # the apps missing their targets lose nothing; healthy LC apps may still give to them
+        # (PARTIES' own remedy, Sec. 4.2.4: the victim is the app with the most slack)
+        missing = {a.name for a in obs.apps if not a.meets_qos}
+        out = limit_lc_decreases(obs.allocation, target, caps, lambda app, res: 0.0 if app in missing else math.inf)
+        if out == target:
+            return decision, ""
+        return dataclasses.replace(decision, allocation=out), "no reduction of a violating app during an emergency"
 
 
 def emergency_allocation(current: Allocation, violators: Sequence[str], caps: Capabilities) -> Allocation:

@@ -195,7 +195,7 @@ def test_cooldown_spaces_reductions_of_one_app(base):
 
 
 # ---- emergency ---------------------------------------------------------------------------------------
-def test_emergency_pauses_be_for_the_violators_and_blocks_lc_reductions(base):
+def test_emergency_pauses_be_for_the_violators_and_protects_them_from_reductions(base):
     obs, caps = base
     a = obs.allocation
     g = EmergencyGuard(EmergencyConfig(trigger_tardiness=2.0, trigger_ticks=2, recover_ticks=3))
@@ -211,14 +211,22 @@ def test_emergency_pauses_be_for_the_violators_and_blocks_lc_reductions(base):
     assert out["xapian"].llc_ways == a["xapian"].llc_ways + a["be_parties"].llc_ways - caps.min_llc_ways
     assert out["xapian"].freq_mhz == caps.freq_levels_mhz[-1]
     assert out["memcached"] == a["memcached"] and "BE paused" in note
-    # while active, a controller cannot shrink an LC app
-    em = dataclasses.replace(with_p99(obs, t + 1.0), allocation=out)
+    # while active, an app still missing its target cannot be shrunk...
+    em = dataclasses.replace(with_p99(obs, t + 1.0, xapian=1.5), allocation=out)
+    shrink_violator = move(out, "xapian", "cores", -1.0)
+    d, note = g.check(Decision(shrink_violator), em, caps)
+    assert d.allocation["xapian"].cores == out["xapian"].cores and "violating" in note
+    # ...but a healthy LC app may still give it a core (PARTIES' remedy, Sec. 4.2.4)
+    give = out.replace_app("memcached", cores=out["memcached"].cores - 1).replace_app(
+        "xapian", cores=out["xapian"].cores + 1
+    )
+    d, note = g.check(Decision(give), dataclasses.replace(em, time_s=t + 1.5), caps)
+    assert d.allocation == give and note == ""
+    # recovery after recover_ticks met intervals
     shrink = move(out, "memcached", "cores", -1.0)
-    d, note = g.check(Decision(shrink), em, caps)
-    assert d.allocation["memcached"].cores == out["memcached"].cores and "emergency" in note
-    # recovery after recover_ticks met intervals (the first met one was the tick above)
-    for k in range(2):
-        d, note = g.check(Decision(shrink), dataclasses.replace(em, time_s=t + 1.5 + 0.5 * k), caps)
+    met = dataclasses.replace(with_p99(obs, t + 2.0), allocation=out)
+    for k in range(3):
+        d, note = g.check(Decision(shrink), dataclasses.replace(met, time_s=t + 2.0 + 0.5 * k), caps)
     assert note == "recovered" and d.allocation == shrink
 
 

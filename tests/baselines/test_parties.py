@@ -486,3 +486,15 @@ def test_an_app_still_being_probed_counts_as_in_memory(base):
     used = {"nginx": obs.allocation["nginx"].memory_gb - 0.5}
     d = ctrl.decide(make_obs(obs, 0.5, slacks={"nginx": 0.6}, mem_used=used))  # first second: class unknown
     assert ctrl._state["nginx"].in_memory is None and d.move is Move.DOWN_DISK
+
+
+def test_a_real_clocks_jitter_does_not_skip_intervals(base):
+    """On a real node the loop's ticks come 0.497-0.499 s apart; PARTIES must act on each of them."""
+    obs, caps = base
+    ctrl = make_ctrl(caps)
+    t, acted = 0.0, []
+    for k in range(8):
+        t += 0.497 + 0.001 * (k % 3)
+        d = ctrl.decide(make_obs(obs, t, slacks={"xapian": -0.5}, interval_s=0.498))
+        acted.append(d.move is not Move.HOLD)
+    assert all(acted)
