@@ -10,7 +10,8 @@ Subcommands (each has --help):
              LC EMU by mix size (Fig. 7 violins)
   timeline   per-interval latency/target, allocations and BE throughput over time (Fig. 9)
   demo       the main job on the embedded simulated node (what `make demo` runs)
-  calibrate, bench   registered by env.sim.calibration / env.sim.bench when present
+  calibrate  the papers' tables reproduced in the simulator (env.sim.calibration)
+  bench      simulator speed and serve.py's loop overhead (env.sim.bench, env.serving)
 
 Every run is one `env.loop.run_episode` of a controller (a spec of `baselines.registry`) on a
 `SimNode`, with the evaluation guard chain (clamp only, `env.guards`) unless --guards says
@@ -30,13 +31,12 @@ to --workers 1 because each run is seeded by its own identity, never by the orde
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from baselines.registry import REGISTRY, spec_form
+from baselines.registry import REGISTRY, ControllerContext, make_controller, spec_form
 from env import metrics as M
 from env.config import ConfigError
 from env.evaluation import (
@@ -52,6 +52,7 @@ from env.evaluation import (
     summary_table,
 )
 from env.guards import GuardsConfig
+from env.sim import bench, calibration
 
 DEMO_SCENARIO = "mix3-const"
 DEMO_CONTROLLERS = ("unmanaged", "static")
@@ -73,10 +74,8 @@ def run_demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
         argv=argv,
     )
     print(summary_table(results, specs))
-    summary = _optional_module("env.sim.calibration")
-    if summary is not None and hasattr(summary, "quick_summary"):
-        print()
-        print(summary.quick_summary())
+    print()
+    print(calibration.quick_summary())
     print(f"\nwrote {args.out}/ (summary.json, summary.md, compare.png, runs/*.jsonl, config.yaml)")
     return 0
 
@@ -84,16 +83,6 @@ def run_demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
 # ======================================================================================================
 # CLI
 # ======================================================================================================
-def _optional_module(name: str) -> Any:
-    """The module, or None when it does not exist yet (an ImportError of that module itself)."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as e:
-        if e.name == name:
-            return None
-        raise
-
-
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
@@ -245,11 +234,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seeds", type=_positive_int, default=3, help="seeds (default 3)")
     d.add_argument("--workers", type=_positive_int, default=2, help="parallel processes (default 2)")
 
-    for name in ("env.sim.calibration", "env.sim.bench"):
-        mod = _optional_module(name)
-        if mod is not None and hasattr(mod, "add_cli"):
-            mod.add_cli(sub)
+    calibration.add_cli(sub)
+    bench.add_cli(sub, extra={"serve_loop_overhead": _serve_loop_overhead})
     return p
+
+
+def _serve_loop_overhead() -> list[dict[str, Any]]:
+    """serve.py's loop overhead on the 6-app mix (issue 7 goal: decide + guards + apply <= 5 ms p99,
+    the loop <= 2% of a core at 500 ms), for PARTIES and for a controller that never changes anything."""
+    from env.serving import bench_sim
+
+    def factory(spec: str):
+        return lambda caps, scn, node: make_controller(spec, ControllerContext(caps, scn, node, 0))
+
+    return [bench_sim(factory(s), scenario="mix6-const", label=f"serve loop, {s}") for s in ("parties", "static")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

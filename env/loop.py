@@ -377,10 +377,10 @@ class ControlLoop:
         current = self.node.current_allocation()
         if target is not None and target != current:
             try:
-                self.node.apply(target)
+                applied = self.node.apply(target)
                 self._last_good = self.node.current_allocation()
-                changed = True
-                self.stats.applied += 1
+                changed = applied != current  # what the node really did (a dry run changes nothing)
+                self.stats.applied += int(changed)
             except (AllocationError, OSError) as e:
                 self.stats.apply_errors += 1
                 msg = f"apply: {type(e).__name__}: {e}"

@@ -498,13 +498,13 @@ def validate_allocation(alloc: Allocation, caps: Capabilities) -> None:
                 raise AllocationError(f"{a.name}.mba_pct = {a.mba_pct}: allowed {list(caps.mba_levels_pct)}")
         elif a.mba_pct != 100:
             raise AllocationError(f"{a.name}.mba_pct = {a.mba_pct}: this node has no MBA (only 100)")
-        for name, value, hi in (
-            ("memory_gb", a.memory_gb, caps.memory_gb),
-            ("disk_mbps", a.disk_mbps, caps.disk_mbps),
-            ("net_gbps", a.net_gbps, caps.net_gbps),
+        for name, value, lo, hi in (
+            ("memory_gb", a.memory_gb, caps.min_memory_gb, caps.memory_gb),  # a limit of 0 kills the app
+            ("disk_mbps", a.disk_mbps, 0.0, caps.disk_mbps),
+            ("net_gbps", a.net_gbps, 0.0, caps.net_gbps),
         ):
-            if not (0.0 <= value <= hi + _EPS):
-                raise AllocationError(f"{a.name}.{name} = {value}: allowed 0..{hi}")
+            if not (lo - _EPS <= value <= hi + _EPS):
+                raise AllocationError(f"{a.name}.{name} = {value}: allowed {lo}..{hi}")
     used_cores = sum(c for c, _ in groups.values())
     if used_cores > caps.cores + _EPS:
         raise AllocationError(f"core groups hold {used_cores} cores; the node has {caps.cores}")

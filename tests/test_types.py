@@ -87,6 +87,7 @@ def test_infeasible_moves_are_refused_with_a_reason(parties_caps):
         ({"llc_ways": 0}, "llc_ways"),
         ({"freq_mhz": 2250}, "freq_mhz"),
         ({"memory_gb": 500.0}, "memory_gb"),
+        ({"memory_gb": 0.0}, "memory_gb"),  # a zero limit would kill the app
         ({"mba_pct": 50}, "no MBA"),
         ({"disk_mbps": math.nan}, "finite"),
     ],
