@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 DEMO_OUT ?= out/demo
 
-.PHONY: setup demo test test-fast lint fmt calibrate bench clean help
+.PHONY: setup demo test test-fast lint fmt calibrate bench serve-demo clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -44,6 +44,9 @@ calibrate: setup  ## the simulator's calibration report
 
 bench: setup  ## simulator and controller speed
 	$(PY) evaluate.py bench --out out/bench
+
+serve-demo: setup  ## rehearse serve.py on the simulated node (30 simulated s at 10x speed)
+	$(PY) serve.py --config configs/serve/sim.yaml --sim --controller parties --duration-s 30 --speed 10 --out out/serve-demo
 
 clean:
 	rm -rf out runs .pytest_cache .ruff_cache
