@@ -76,17 +76,29 @@ def run(repeats: int = 5, batch: int = 4096) -> dict:
         "fleet_node_steps_per_s": round(fleet_rate),
         "batched_nodes": batch,
         "goals": GOALS,
-        "goals_met": {"sim_steps_per_s": steps >= GOALS["sim_steps_per_s"], "sim_batched_app_steps_per_s": batched >= GOALS["sim_batched_app_steps_per_s"]},
+        "goals_met": {
+            "sim_steps_per_s": steps >= GOALS["sim_steps_per_s"],
+            "sim_batched_app_steps_per_s": batched >= GOALS["sim_batched_app_steps_per_s"],
+        },
         "pinned_to_one_cpu": pinned,
         "repeats": repeats,
-        "machine": {"python": _platform.python_version(), "cpu_count": os.cpu_count(), "numpy": np.__version__},
+        "machine": {
+            "python": _platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "numpy": np.__version__,
+        },
     }
 
 
-def add_cli(subparsers: argparse._SubParsersAction, extra: dict[str, Callable[[], object]] | None = None) -> None:
+def add_cli(
+    subparsers: argparse._SubParsersAction, extra: dict[str, Callable[[], object]] | None = None
+) -> None:
     """Register `bench`; `extra` maps result keys to benchmarks run after the simulator's."""
     p = subparsers.add_parser(
-        "bench", help="simulator speed (steps/s) on one core", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        "bench",
+        help="simulator speed (steps/s) on one core",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", required=True, type=Path, help="output directory (bench.json)")
     p.add_argument("--repeats", type=int, default=5)

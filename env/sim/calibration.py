@@ -67,7 +67,9 @@ def _max_load_walk(setup: Setup, seed: int) -> float:
     return best
 
 
-def _bisect_load(setup: Setup, seed: int, lo: float, hi: float, iters: int, sweep: tuple[str, ...] = ()) -> float:
+def _bisect_load(
+    setup: Setup, seed: int, lo: float, hi: float, iters: int, sweep: tuple[str, ...] = ()
+) -> float:
     """Largest load (fraction of max load) met, by bisection on sampled 1-minute runs. QoS is
     monotone in load for these set-ups. `sweep` names the apps set to the load (default: the first)."""
     names = sweep or (setup.scenario.apps[0].instance,)
@@ -151,7 +153,11 @@ def fact_mongodb_memory_disk(seed: int) -> dict:
         "name": "mongodb_memory_disk_trade",
         "source": "PARTIES Sec. 3.4.2, Fig. 3",
         "holds": fail_50 and ok_120 and trade,
-        "detail": {"fails_at_90pct_with_50gb": fail_50, "meets_at_90pct_with_120gb": ok_120, "min_disk_mbps_at_90pct": min_disk},
+        "detail": {
+            "fails_at_90pct_with_50gb": fail_50,
+            "meets_at_90pct_with_120gb": ok_120,
+            "min_disk_mbps_at_90pct": min_disk,
+        },
     }
 
 
@@ -166,7 +172,14 @@ def fact_network_threshold(seed: int) -> dict:
         out[f"{cap} Gbps"] = sampled_window_meet(s, seed)
         p99s[cap] = float(o[0, 0, 0, M.O_P99]) * 1e3
     flat = max(p99s[4.0], p99s[6.0], p99s[10.0]) <= 1.05 * min(p99s[4.0], p99s[6.0], p99s[10.0])
-    holds = not out["2.0 Gbps"] and not out["2.5 Gbps"] and out["4.0 Gbps"] and out["6.0 Gbps"] and out["10.0 Gbps"] and flat
+    holds = (
+        not out["2.0 Gbps"]
+        and not out["2.5 Gbps"]
+        and out["4.0 Gbps"]
+        and out["6.0 Gbps"]
+        and out["10.0 Gbps"]
+        and flat
+    )
     return {
         "name": "network_threshold",
         "source": "PARTIES Sec. 3.4",
@@ -198,7 +211,12 @@ def fact_mongodb_one_core(seed: int) -> dict:
     high load (90%)."""
     s = alone("mongodb", cores=1, freq_mhz={"mongodb": 1200}).at_loads({"mongodb": 0.9})
     ok = sampled_window_meet(s, seed)
-    return {"name": "mongodb_one_slow_core", "source": "PARTIES Sec. 3.4.1", "holds": ok, "detail": {"meets_at_90pct": ok}}
+    return {
+        "name": "mongodb_one_slow_core",
+        "source": "PARTIES Sec. 3.4.1",
+        "holds": ok,
+        "detail": {"meets_at_90pct": ok},
+    }
 
 
 FACTS: tuple[Callable[[int], dict], ...] = (
@@ -225,8 +243,12 @@ def run(seed: int = 0, workers: int = 2, progress: bool = True) -> dict:
 
     say("PARTIES Table 2 / Fig. 1: each app alone")
     t2 = _map(_table2_cell, [(a, seed) for a in APPS], workers)
-    table2 = _table([{"row": c["app"], "column": "max_load_pct", "paper": 100.0, "sim": c["max_load_pct"]} for c in t2])
-    table2["qos"] = {c["app"]: {"meets_at_100": c["meets_at_100"], "misses_at_120": c["misses_at_120"]} for c in t2}
+    table2 = _table(
+        [{"row": c["app"], "column": "max_load_pct", "paper": 100.0, "sim": c["max_load_pct"]} for c in t2]
+    )
+    table2["qos"] = {
+        c["app"]: {"meets_at_100": c["meets_at_100"], "misses_at_120": c["misses_at_120"]} for c in t2
+    }
 
     say("PARTIES Table 4: 54 interference cells")
     args = [(a, r, seed) for a in APPS for r in F.TABLE4_ROWS]
@@ -246,7 +268,9 @@ def run(seed: int = 0, workers: int = 2, progress: bool = True) -> dict:
         paper = F.coco_paper(a)
         for k_i, k in enumerate(keys):
             v = cres[a_i * (len(keys) + 1) + k_i + 1]
-            ccells.append({"row": a, "column": k, "paper": paper[k], "sim": 100.0 * v / base if base > 0 else 0.0})
+            ccells.append(
+                {"row": a, "column": k, "paper": paper[k], "sim": 100.0 * v / base if base > 0 else 0.0}
+            )
     coco = _table(ccells)
 
     say("qualitative facts")
@@ -288,16 +312,32 @@ def markdown(report: dict) -> str:
     L += [f"Seed {report['seed']}; {report['assumptions']['measurement']}.", ""]
     L += ["| check | result | goal | met |", "|---|---|---|---|"]
     t4, cc = report["parties_table4"], report["coco_table1"]
-    L.append(f"| PARTIES Table 2: alone, meets at 100% and misses at 120% | see below | all apps | {'yes' if g['parties_table2'] else 'NO'} |")
-    L.append(f"| PARTIES Table 4 | MAE {t4['mae_pts']:.1f} pts, max {t4['max_abs_err_pts']:.0f} | MAE <= 10, max <= 30 | {'yes' if g['parties_table4'] else 'NO'} |")
-    L.append(f"| CoCo Table 1 | MAE {cc['mae_pts']:.1f} pts, max {cc['max_abs_err_pts']:.1f} | every cell within 10 | {'yes' if g['coco_table1'] else 'NO'} |")
+    L.append(
+        f"| PARTIES Table 2: alone, meets at 100% and misses at 120% | see below | all apps | {'yes' if g['parties_table2'] else 'NO'} |"
+    )
+    L.append(
+        f"| PARTIES Table 4 | MAE {t4['mae_pts']:.1f} pts, max {t4['max_abs_err_pts']:.0f} | MAE <= 10, max <= 30 | {'yes' if g['parties_table4'] else 'NO'} |"
+    )
+    L.append(
+        f"| CoCo Table 1 | MAE {cc['mae_pts']:.1f} pts, max {cc['max_abs_err_pts']:.1f} | every cell within 10 | {'yes' if g['coco_table1'] else 'NO'} |"
+    )
     nf = sum(f["holds"] for f in report["facts"])
-    L.append(f"| qualitative facts | {nf}/{len(report['facts'])} hold | all | {'yes' if g['facts'] else 'NO'} |")
-    L += ["", "## PARTIES Table 2 / Fig. 1: each app alone", "", "| app | max load (sim, paper 100%) | meets at 100% | misses at 120% |", "|---|---|---|---|"]
+    L.append(
+        f"| qualitative facts | {nf}/{len(report['facts'])} hold | all | {'yes' if g['facts'] else 'NO'} |"
+    )
+    L += [
+        "",
+        "## PARTIES Table 2 / Fig. 1: each app alone",
+        "",
+        "| app | max load (sim, paper 100%) | meets at 100% | misses at 120% |",
+        "|---|---|---|---|",
+    ]
     t2 = report["parties_table2"]
     for c in t2["cells"]:
         q = t2["qos"][c["row"]]
-        L.append(f"| {c['row']} | {c['sim']:.1f}% | {'yes' if q['meets_at_100'] else 'NO'} | {'yes' if q['misses_at_120'] else 'NO'} |")
+        L.append(
+            f"| {c['row']} | {c['sim']:.1f}% | {'yes' if q['meets_at_100'] else 'NO'} | {'yes' if q['misses_at_120'] else 'NO'} |"
+        )
     L += ["", "## PARTIES Table 4: max % of max load meeting QoS beside each antagonist (sim / paper)", ""]
     L += ["| antagonist | " + " | ".join(APPS) + " |", "|---|" + "---|" * len(APPS)]
     by = {(c["row"], c["column"]): c for c in t4["cells"]}
@@ -309,16 +349,30 @@ def markdown(report: dict) -> str:
             row.append(f"{c['sim']:.0f} / {c['paper']:.0f}{mark}")
         L.append(f"| {r} | " + " | ".join(row) + " |")
     L += ["", "Cells marked ** are off by more than 10 points.", ""]
-    L += ["## CoCo Table 1: load retainment % (sim / paper)", "", "| app | " + " | ".join(sorted({c["column"] for c in cc["cells"]}, key=_ckey)) + " |"]
+    L += [
+        "## CoCo Table 1: load retainment % (sim / paper)",
+        "",
+        "| app | " + " | ".join(sorted({c["column"] for c in cc["cells"]}, key=_ckey)) + " |",
+    ]
     cols = sorted({c["column"] for c in cc["cells"]}, key=_ckey)
     L.append("|---|" + "---|" * len(cols))
     cby = {(c["row"], c["column"]): c for c in cc["cells"]}
     for a in F.COCO_APPS:
-        L.append(f"| {a} | " + " | ".join(f"{cby[(a, k)]['sim']:.0f} / {cby[(a, k)]['paper']:.0f}" for k in cols) + " |")
-    L += ["", f"CoCo's MongoDB is assumed to serve a {report['assumptions']['coco_mongodb_dataset_gb']:.0f} GB data set from memory (the paper does not say; PARTIES' 1 TB disk-bound MongoDB could not lose 74% of its load to a cache mask).", ""]
+        L.append(
+            f"| {a} | "
+            + " | ".join(f"{cby[(a, k)]['sim']:.0f} / {cby[(a, k)]['paper']:.0f}" for k in cols)
+            + " |"
+        )
+    L += [
+        "",
+        f"CoCo's MongoDB is assumed to serve a {report['assumptions']['coco_mongodb_dataset_gb']:.0f} GB data set from memory (the paper does not say; PARTIES' 1 TB disk-bound MongoDB could not lose 74% of its load to a cache mask).",
+        "",
+    ]
     L += ["## Qualitative facts", "", "| fact | source | holds | detail |", "|---|---|---|---|"]
     for f in report["facts"]:
-        L.append(f"| {f['name']} | {f['source']} | {'yes' if f['holds'] else 'NO'} | `{json.dumps(f['detail'])}` |")
+        L.append(
+            f"| {f['name']} | {f['source']} | {'yes' if f['holds'] else 'NO'} | `{json.dumps(f['detail'])}` |"
+        )
     return "\n".join(L) + "\n"
 
 
@@ -392,7 +446,9 @@ def plots(report: dict, out: Path) -> list[Path]:
 def write(report: dict, out_dir: Path) -> None:
     """Write everything into a temporary directory first, then move it into place."""
     out_dir = Path(out_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=".calibration-", dir=out_dir.parent if out_dir.parent.exists() else None))
+    tmp = Path(
+        tempfile.mkdtemp(prefix=".calibration-", dir=out_dir.parent if out_dir.parent.exists() else None)
+    )
     try:
         (tmp / "calibration.json").write_text(json.dumps(report, indent=2))
         (tmp / "calibration.md").write_text(markdown(report))

@@ -175,8 +175,12 @@ def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
     r[M.P_LLC_FOOT] = foot
     r[M.P_LLC_MMIN] = prof.llc_miss_min
     r[M.P_LLC_STREAM] = 0
-    r[M.P_LLC_MREF] = M._miss(min(ref.llc.mb, foot), prof.llc_kappa_mb, prof.llc_alpha, foot, prof.llc_miss_min, 0.0)
-    r[M.P_GTAB : M.P_GTAB + M.NG] = working_set_table(prof.llc_kappa_mb, prof.llc_alpha, prof.llc_miss_min, foot)
+    r[M.P_LLC_MREF] = M._miss(
+        min(ref.llc.mb, foot), prof.llc_kappa_mb, prof.llc_alpha, foot, prof.llc_miss_min, 0.0
+    )
+    r[M.P_GTAB : M.P_GTAB + M.NG] = working_set_table(
+        prof.llc_kappa_mb, prof.llc_alpha, prof.llc_miss_min, foot
+    )
     r[M.P_DRAM] = prof.dram_bytes_per_req / 1e9
     r[M.P_DATA_GB] = prof.dataset_gb
     r[M.P_ZIPF] = prof.zipf
@@ -187,7 +191,7 @@ def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
     r[M.P_FLOWS] = prof.net_flows
     r[M.P_BASE_S] = prof.base_latency_us / 1e6
     r[M.P_CV2] = prof.service_cv2
-    r[M.P_SPLIT] = prof.service_split
+    r[M.P_DET] = prof.service_det
     r[M.P_PERTHREAD] = 1.0 if prof.queue == "per_thread" else 0.0
     r[M.P_TIMEOUT_S] = prof.timeout_s
     r[M.P_PLACE] = 0
@@ -316,7 +320,16 @@ def steady(plat: np.ndarray, prm: np.ndarray, alloc: np.ndarray, lam: np.ndarray
     arr["arrivals"][0] = lam * dt
     arr["usample"][0] = np.where(prm[:, M.P_KIND] < 0.5, P99, np.nan)
     for _ in range(steps):
-        M.step_nodes(arr["plat"], arr["prm"], arr["alloc"], arr["state"], arr["arrivals"], arr["usample"], arr["out"], arr["nout"])
+        M.step_nodes(
+            arr["plat"],
+            arr["prm"],
+            arr["alloc"],
+            arr["state"],
+            arr["arrivals"],
+            arr["usample"],
+            arr["out"],
+            arr["nout"],
+        )
     return arr["out"][0].copy(), arr["nout"][0].copy()
 
 
@@ -445,7 +458,9 @@ class SimBatch:
                 n[r, :w], u[r, :w] = _draw(self.rngs[first + r], mean[r, :w])
         a["arrivals"][:] = n
         a["usample"][:] = np.where(lc, np.where(n > 0, u, empty_u), np.nan)
-        M.step_nodes(a["plat"], a["prm"], a["alloc"], a["state"], a["arrivals"], a["usample"], a["out"], a["nout"])
+        M.step_nodes(
+            a["plat"], a["prm"], a["alloc"], a["state"], a["arrivals"], a["usample"], a["out"], a["nout"]
+        )
 
 
 def _draw(rng: np.random.Generator, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

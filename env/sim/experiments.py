@@ -53,10 +53,17 @@ class Setup:
 
 
 # ---- allocations used by the papers' characterisation experiments --------------------------------
-def pinned(cores: dict[str, float], *, ways: dict[str, int] | None = None, mba: dict[str, int] | None = None,
-           freq_mhz: dict[str, int] | None = None, memory_gb: dict[str, float] | None = None,
-           disk_mbps: dict[str, float] | None = None, net_gbps: dict[str, float] | None = None,
-           shared_llc: bool = False) -> Callable[[Capabilities], Allocation]:
+def pinned(
+    cores: dict[str, float],
+    *,
+    ways: dict[str, int] | None = None,
+    mba: dict[str, int] | None = None,
+    freq_mhz: dict[str, int] | None = None,
+    memory_gb: dict[str, float] | None = None,
+    disk_mbps: dict[str, float] | None = None,
+    net_gbps: dict[str, float] | None = None,
+    shared_llc: bool = False,
+) -> Callable[[Capabilities], Allocation]:
     """Each named app on its own cores; everything not given is the whole node (no partition).
     `shared_llc`: every app in one CLOS holding all ways (no CAT), as in PARTIES Sec. 3.3."""
 
@@ -91,7 +98,9 @@ def _reference_threads(app: str) -> dict[str, dict[str, float]]:
     return {app: {"threads": float(load_profile(app).threads)}}
 
 
-def alone(app: str, *, platform: str = "parties", cores: int | None = None, overrides: dict | None = None, **kw) -> Setup:
+def alone(
+    app: str, *, platform: str = "parties", cores: int | None = None, overrides: dict | None = None, **kw
+) -> Setup:
     """The app alone on the node (PARTIES Sec. 3.2 / Fig. 1) in its reference deployment (8
     threads), all resources, no BE job."""
     ov = _reference_threads(app)
@@ -122,11 +131,20 @@ def mongodb_pair(memory_gb: float = 60.0) -> Setup:
     """PARTIES Sec. 5.2.1: two MongoDB instances on one node cannot exceed 160% aggregate load
     (I/O contention on the shared disk). Each gets half the cores, ways and memory; the disk is
     shared without throttling."""
-    scn = simple_scenario({"mongodb:mongo_a": 0.5, "mongodb:mongo_b": 0.5}, be=(), duration_s=WARMUP_S + MEASURE_S, warmup_s=WARMUP_S)
+    scn = simple_scenario(
+        {"mongodb:mongo_a": 0.5, "mongodb:mongo_b": 0.5},
+        be=(),
+        duration_s=WARMUP_S + MEASURE_S,
+        warmup_s=WARMUP_S,
+    )
     half = load_platform("parties").cores // 2
     return Setup(
         scn,
-        pinned({"mongo_a": half, "mongo_b": half}, ways={"mongo_a": 10, "mongo_b": 10}, memory_gb={"mongo_a": memory_gb, "mongo_b": memory_gb}),
+        pinned(
+            {"mongo_a": half, "mongo_b": half},
+            ways={"mongo_a": 10, "mongo_b": 10},
+            memory_gb={"mongo_a": memory_gb, "mongo_b": memory_gb},
+        ),
         "two MongoDB instances",
     )
 
@@ -202,7 +220,16 @@ def analytic_outputs(
             lc_mask[b, : p.layout.n] = p.lam_frac > 0
     arr["usample"][:] = np.where(lc_mask, 0.99, np.nan)
     for _ in range(steps):
-        M.step_nodes(arr["plat"], arr["prm"], arr["alloc"], arr["state"], arr["arrivals"], arr["usample"], arr["out"], arr["nout"])
+        M.step_nodes(
+            arr["plat"],
+            arr["prm"],
+            arr["alloc"],
+            arr["state"],
+            arr["arrivals"],
+            arr["usample"],
+            arr["out"],
+            arr["nout"],
+        )
     shape = (len(packs), len(loads))
     dt = arr["plat"][:, M.PL_DT][:, None]
     return (
@@ -213,7 +240,11 @@ def analytic_outputs(
 
 
 def analytic_meet(
-    setups: Sequence[Setup], loads: np.ndarray, window_s: float = MEASURE_S, steps: int = 8, sweep_all: bool = False
+    setups: Sequence[Setup],
+    loads: np.ndarray,
+    window_s: float = MEASURE_S,
+    steps: int = 8,
+    sweep_all: bool = False,
 ) -> np.ndarray:
     """P(the p99 over a `window_s` run meets every QoS target) for each setup (rows) at each load
     (columns)."""

@@ -63,7 +63,9 @@ COCO_APPS = ("memcached", "nginx", "mongodb")
 COCO_OVERRIDES = {"mongodb": {"dataset_gb": 10.0}}
 LOADS = np.round(np.arange(0.025, 1.5001, 0.025), 4)
 F_NOMINAL_MHZ = 2200  # PARTIES Table 1 base frequency
-COCO_LOADS = np.round(np.geomspace(0.05, 1000.0, 240), 5)  # in-memory MongoDB serves ~200x its disk-bound max load
+COCO_LOADS = np.round(
+    np.geomspace(0.05, 1000.0, 240), 5
+)  # in-memory MongoDB serves ~200x its disk-bound max load
 
 
 def calibration_targets() -> tuple[dict, dict]:
@@ -156,7 +158,7 @@ COMMON = (
     Param("llc_alpha", 0.1, 4.0, log=True),
     Param("llc_miss_min", 0.0, 0.9),
     Param("service_cv2", 0.5, 8.0, log=True),
-    Param("service_split", 0.0, 0.45),
+    Param("service_det", 0.0, 0.9),
     Param("zipf", 0.3, 1.3),
 )
 BASE = {  # fixed client/network latency: bounded by the QoS target
@@ -185,7 +187,11 @@ def mongodb_facts() -> dict[str, float]:
     pm = analytic_meet([mongodb_pair()], LOADS, sweep_all=True)
     pair = 2 * 100 * analytic_max_load(pm, LOADS)[0]
     mem = analytic_meet([mongodb_memory(50.0), mongodb_memory(120.0)], np.array([0.9]))
-    return {"pair_max_aggregate_pct": float(pair), "p_meet_90pct_50gb": float(mem[0, 0]), "p_meet_90pct_120gb": float(mem[1, 0])}
+    return {
+        "pair_max_aggregate_pct": float(pair),
+        "p_meet_90pct_50gb": float(mem[0, 0]),
+        "p_meet_90pct_120gb": float(mem[1, 0]),
+    }
 
 
 def _decode(params: tuple[Param, ...], z: np.ndarray) -> dict[str, float]:
@@ -268,10 +274,19 @@ def fit_app(app: str, maxiter: int, seed: int, popsize: int = 8) -> dict[str, fl
         return objective(app, _decode(params, z))[0]
 
     res = differential_evolution(
-        f, _bounds(params), maxiter=maxiter, popsize=popsize, seed=seed, tol=1e-6, polish=False, updating="deferred"
+        f,
+        _bounds(params),
+        maxiter=maxiter,
+        popsize=popsize,
+        seed=seed,
+        tol=1e-6,
+        polish=False,
+        updating="deferred",
     )
     best = _decode(params, res.x)
-    print(f"{app}: loss {res.fun:.3f} after {evals[0]} evaluations ({time.time() - t0:.0f} s)", file=sys.stderr)
+    print(
+        f"{app}: loss {res.fun:.3f} after {evals[0]} evaluations ({time.time() - t0:.0f} s)", file=sys.stderr
+    )
     return best
 
 
@@ -299,7 +314,11 @@ def _fmt(v: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m env.sim.fit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m env.sim.fit",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--apps", default=",".join(BASE), help="comma-separated apps to fit (default: all six)")
     ap.add_argument("--maxiter", type=int, default=40, help="differential-evolution generations (default 40)")
     ap.add_argument("--popsize", type=int, default=8, help="population per parameter (default 8)")
@@ -317,7 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{app}  loss={loss:.3f}")
         for k, v in best.items():
             print(f"  {k:16s} {_fmt(v)}")
-        print("  Table 4 (sim continuous / paper):", ", ".join(f"{r}={t4[r]:.0f}/{paper4[r]:.0f}" for r in TABLE4_ROWS))
+        print(
+            "  Table 4 (sim continuous / paper):",
+            ", ".join(f"{r}={t4[r]:.0f}/{paper4[r]:.0f}" for r in TABLE4_ROWS),
+        )
         if app in COCO_APPS:
             pc = coco_paper(app)
             print("  CoCo Table 1 (sim / paper):", ", ".join(f"{k}={cc[k]:.0f}/{pc[k]:.0f}" for k in pc))

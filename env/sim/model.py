@@ -123,7 +123,7 @@ P_QOS_S = 28
 P_BUSY = 29  # batch: fraction of time each thread is runnable (dd and iperf mostly wait)
 P_IOS = 30  # sequential disk reads per page-cache miss event (index + data pages)
 P_LLC_ALPHA = 31  # power-law exponent of the miss curve
-P_SPLIT = 32  # service time = two exponential stages with means split f : 1-f (0 = one stage)
+P_DET = 32  # deterministic share of the service time (the rest is exponential): cv^2 = (1 - det)^2
 P_PRESS = 33  # how much this workload's thread slows its sibling hyperthread (compute hog = 1)
 P_GTAB = 34  # LC: G(x_j) = integral_0^x_j dx / m(x) (MB) at x_j = footprint * GRID[j] (Che's working set)
 NG = 24
@@ -204,11 +204,12 @@ def _working_set(p, rate, t, cap, stream_w):
     """MB of distinct lines a component touched in the last `t` seconds (Che's approximation).
     Reuse (LC apps): W solves G(W) = touched MB, with G(x) = int_0^x dx'/m(x') tabulated per app.
     Streams (batch threads cycling over arrays): everything touched, up to the footprint; a thread
-    whose array is at least the partition is a pure scan, demoted by scan-resistant insertion."""
+    whose array is far larger than the partition (>= 2x) never reuses a line before it is evicted:
+    a pure scan, demoted by scan-resistant insertion."""
     touched = rate * p[P_LLC_APU] * LINE_MB * t
     foot = p[P_LLC_FOOT]
     if p[P_LLC_STREAM] > 0.5:
-        if foot / max(p[P_THREADS], 1.0) >= cap:
+        if foot / max(p[P_THREADS], 1.0) >= 2.0 * cap:  # never reused before eviction: a scan
             touched *= stream_w
         return min(foot, touched)
     g0 = p[P_GTAB]
@@ -346,7 +347,9 @@ def _tail_total(x, coef, rate, n, fb, wa, wb):
         neg = 0.0
         if lo < 0.0:
             neg = min(hi, 0.0) - lo
-        tb = (neg + _integral(max(hi, 0.0), coef, rate, n) - _integral(max(lo, 0.0), coef, rate, n)) / (wb - wa)
+        tb = (neg + _integral(max(hi, 0.0), coef, rate, n) - _integral(max(lo, 0.0), coef, rate, n)) / (
+            wb - wa
+        )
     return (1.0 - fb) * t0 + fb * min(1.0, max(0.0, tb))
 
 
@@ -526,8 +529,11 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             n_other = 0.0  # runnable threads of the group's other workloads
             press_other = 0.0
             for v in range(nw):
-                if v != w and prm[b, v, P_ACTIVE] > 0.5 and alloc[b, v, A_GROUP] == g and not (
-                    prm[b, v, P_PLACE] >= 0.5 and prm[b, v, P_PLACE] < 2.5
+                if (
+                    v != w
+                    and prm[b, v, P_ACTIVE] > 0.5
+                    and alloc[b, v, A_GROUP] == g
+                    and not (prm[b, v, P_PLACE] >= 0.5 and prm[b, v, P_PLACE] < 2.5)
                 ):
                     n_other += busy[v]
                     press_other += busy[v] * prm[b, v, P_PRESS]
@@ -558,7 +564,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                 continue
             hw[a] = busy[a]  # it runs on the target's hardware threads
             if pa[P_PLACE] > 0.5 and pa[P_PLACE] < 1.5:  # same hyperthreads: CFS time-sharing
-                hw[t] *= prm[b, t, P_THREADS] / (prm[b, t, P_THREADS] + min(pa[P_THREADS], prm[b, t, P_THREADS]))
+                hw[t] *= prm[b, t, P_THREADS] / (
+                    prm[b, t, P_THREADS] + min(pa[P_THREADS], prm[b, t, P_THREADS])
+                )
                 pwait[t] = 1.0
             elif pa[P_PLACE] > 1.5 and pa[P_PLACE] < 2.5:  # sibling hyperthreads: SMT contention
                 f2 = min(1.0, pa[P_THREADS] / max(prm[b, t, P_THREADS], 1.0))
@@ -582,8 +590,10 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                 g = alloc[b, w, A_GROUP]
                 tot = 0.0
                 for v in range(nw):
-                    if prm[b, v, P_ACTIVE] > 0.5 and alloc[b, v, A_GROUP] == g and not (
-                        prm[b, v, P_PLACE] >= 0.5 and prm[b, v, P_PLACE] < 2.5
+                    if (
+                        prm[b, v, P_ACTIVE] > 0.5
+                        and alloc[b, v, A_GROUP] == g
+                        and not (prm[b, v, P_PLACE] >= 0.5 and prm[b, v, P_PLACE] < 2.5)
                     ):
                         tot += busy[v]
                 tot = max(tot, busy[w])
@@ -666,7 +676,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                     lo = mid
             for v in range(nw):
                 if tmp[v] > 0.5:
-                    occ_t[v] = max(_working_set(prm[b, v], rate[v], math.exp(lo), cap, pl[PL_LLC_STREAM_W]), 1e-9)
+                    occ_t[v] = max(
+                        _working_set(prm[b, v], rate[v], math.exp(lo), cap, pl[PL_LLC_STREAM_W]), 1e-9
+                    )
         for w in range(nw):
             p = prm[b, w]
             if p[P_ACTIVE] < 0.5:
@@ -674,7 +686,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             x0 = state[b, w, S_OCC]
             if state[b, w, S_INIT] < 0.5 or occ_t[w] <= x0:
                 state[b, w, S_OCC] = occ_t[w]  # shrinking: the other owners take the lines at once
-                miss[w] = _miss(occ_t[w], p[P_LLC_KAPPA], p[P_LLC_ALPHA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
+                miss[w] = _miss(
+                    occ_t[w], p[P_LLC_KAPPA], p[P_LLC_ALPHA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM]
+                )
                 continue
             # growing (a CAT increase, or a refill after a CLOS migration flushed the lines): the
             # app fills at its miss rate, and this interval pays the misses of the refill
@@ -764,7 +778,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                 mba_mult = 1.0 + pl[PL_MBA_DELAY] * (100.0 / max(alloc[b, w, A_MBA], 1.0) - 1.0)
                 fcore = 1.0 - p[P_FLLC] - p[P_FMEM]
                 mref = max(p[P_LLC_MREF], 1e-6)
-                slow[w] = fcore * fnom / freq[w] + p[P_FLLC] * lllc + p[P_FMEM] * (miss[w] / mref) * lmem * mba_mult
+                slow[w] = (
+                    fcore * fnom / freq[w] + p[P_FLLC] * lllc + p[P_FMEM] * (miss[w] / mref) * lmem * mba_mult
+                )
                 if alloc[b, w, A_MOVED] > 0.5:
                     slow[w] *= 1.0 + pl[PL_MIG_PEN]
                 if p[P_KIND] > 0.5:
@@ -900,16 +916,13 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             a = lam_c / mu
             cw = _erlang_c(c, a) if lam_c > 0.0 else 0.0
             theta = (c * mu - lam_c) * 2.0 / (1.0 + p[P_CV2])
-            # service time: one exponential stage, or two with means f/mu and (1-f)/mu (a lighter
-            # tail: p99 down to ~3.3 means instead of 4.6), then the Erlang-C wait in front of it
-            f = p[P_SPLIT]
+            # service time: a deterministic part det/mu (added to the shift below) plus an
+            # exponential remainder of mean (1 - det)/mu (det = 0: exponential, M/M/1 exact),
+            # then the Erlang-C wait in front of it
+            det = min(p[P_DET], 0.99)
             coef[0] = 1.0
-            if f < 0.01:
-                rt[0] = mu
-                nt = 1
-            else:
-                rt[0] = mu / (1.0 - f)
-                nt = _convolve(coef, rt, 1, 1.0, mu / f)
+            rt[0] = mu / (1.0 - det)
+            nt = 1
             if cw > 1e-12:
                 nt = _convolve(coef, rt, nt, cw, theta)
             nt = _convolve(coef, rt, nt, q_io, r_io)
@@ -941,7 +954,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                     wb = q0 / mu_tot
                 q1 = 0.0
             state[b, w, S_Q] = q1
-            shift = p[P_BASE_S] + congest
+            shift = p[P_BASE_S] + congest + det / mu
             o[O_TAIL_T] = _tail_total(p[P_QOS_S] - shift, coef, rt, nt, fb, wa, wb)
             u = usample[b, w]
             n_req = arrivals[b, w]

@@ -106,7 +106,9 @@ class SimNode:
         pl = lay.platform
         self._dt = pl.interval_s
         self._caps = pl.capabilities(apps)
-        self._be_norm = {b: be_alone_progress(lay.components[idx[0]].profile, scn.platform) for b, idx in lay.be.items()}
+        self._be_norm = {
+            b: be_alone_progress(lay.components[idx[0]].profile, scn.platform) for b, idx in lay.be.items()
+        }
         self._lc_idx = np.array(lay.lc, dtype=int)
         self._lc_list = list(lay.lc)
         self._names = [c.entity for c in lay.components]
@@ -162,7 +164,9 @@ class SimNode:
         if not (self._load_t0 <= k < self._load_t0 + self._loads.shape[1]):
             self._load_t0 = k
             t = (k + np.arange(_CHUNK) + 0.5) * self._dt
-            self._loads = np.stack([tr.values(t) for tr in self._traces]) if self._traces else np.zeros((0, _CHUNK))
+            self._loads = (
+                np.stack([tr.values(t) for tr in self._traces]) if self._traces else np.zeros((0, _CHUNK))
+            )
         return self._loads[:, k - self._load_t0]
 
     def _prepare(self) -> None:

@@ -32,11 +32,17 @@ class LcBandwidthModel:
     gbps: np.ndarray  # (loads, cores, ways)
 
     def __post_init__(self) -> None:
-        interp = RegularGridInterpolator((self.loads, self.cores, self.ways), self.gbps, bounds_error=False, fill_value=None)
+        interp = RegularGridInterpolator(
+            (self.loads, self.cores, self.ways), self.gbps, bounds_error=False, fill_value=None
+        )
         object.__setattr__(self, "_interp", interp)
 
     def __call__(self, load_frac: float, cores: float, llc_ways: int) -> float:
-        x = np.clip([load_frac, cores, llc_ways], [self.loads[0], self.cores[0], self.ways[0]], [self.loads[-1], self.cores[-1], self.ways[-1]])
+        x = np.clip(
+            [load_frac, cores, llc_ways],
+            [self.loads[0], self.cores[0], self.ways[0]],
+            [self.loads[-1], self.cores[-1], self.ways[-1]],
+        )
         return float(max(0.0, self._interp(x)[0]))  # type: ignore[attr-defined]
 
 
@@ -47,7 +53,12 @@ def lc_bandwidth_model(scenario: Scenario, app: str) -> LcBandwidthModel:
         raise KeyError(f"{app!r} is not an LC app of scenario {scenario.name!r}")
     pl = scenario.platform_spec
     key = f"{entry.app}:{app}" if entry.name else entry.app
-    solo = simple_scenario({key: 0.5}, platform=scenario.platform, be=(), overrides={app: dict(entry.overrides)} if entry.overrides else None)
+    solo = simple_scenario(
+        {key: 0.5},
+        platform=scenario.platform,
+        be=(),
+        overrides={app: dict(entry.overrides)} if entry.overrides else None,
+    )
     cores = np.arange(1, pl.cores + 1, dtype=float)
     ways = np.arange(pl.llc.min_ways, pl.llc.ways + 1, dtype=float)
     setups = [Setup(solo, pinned({app: int(c)}, ways={app: int(w)})) for c in cores for w in ways]

@@ -70,10 +70,12 @@ class LcProfile:
     llc_alpha: float = 1.0
     smt_pressure: float = 0.5  # how much its thread slows its sibling, relative to a compute hog (1)
     service_cv2: float = 1.0  # variability stretching the queueing wait ((1 + cv2)/2, Allen-Cunneen)
-    service_split: float = 0.0  # service time as two exponential stages split f : 1-f (0 = exponential)
+    service_det: float = 0.0  # deterministic share of the service time (0 = exponential; cv^2 = (1-det)^2)
     power_factor: float = 0.8
     net_flows: float = 8.0  # client connections, for the link's per-flow fairness
-    timeout_ms: float = 0.0  # requests waiting longer are dropped (bounded server-side queues); 0 -> max(50 ms, 10 x target)
+    timeout_ms: float = (
+        0.0  # requests waiting longer are dropped (bounded server-side queues); 0 -> max(50 ms, 10 x target)
+    )
     memory_gb: float = 0.0  # resident footprint reported by PARTIES Table 2 (informational)
     knee: Literal["cpu", "disk"] = "cpu"
     knee_load: float = 1.05  # the knee, as a multiple of max load (PARTIES: mid-step above it)

@@ -140,13 +140,19 @@ def validate_scenario(s: Scenario) -> None:
                 f"{where}.apps[{i}].app: unknown app {e.app!r}; known: {known_profiles()}"
             ) from None
         if not isinstance(prof, LcProfile):
-            raise ConfigError(f"{where}.apps[{i}].app: {e.app!r} is a batch job, not an LC app (put it under `be`)")
+            raise ConfigError(
+                f"{where}.apps[{i}].app: {e.app!r} is a batch job, not an LC app (put it under `be`)"
+            )
         bad = set(e.overrides) - set(DEPLOYMENT_FIELDS)
         if bad:
-            raise ConfigError(f"{where}.apps[{i}].overrides: {sorted(bad)} not allowed; allowed: {list(DEPLOYMENT_FIELDS)}")
+            raise ConfigError(
+                f"{where}.apps[{i}].overrides: {sorted(bad)} not allowed; allowed: {list(DEPLOYMENT_FIELDS)}"
+            )
         bad = set(e.perturb) - set(PERTURBABLE)
         if bad:
-            raise ConfigError(f"{where}.apps[{i}].perturb: {sorted(bad)} not allowed; allowed: {list(PERTURBABLE)}")
+            raise ConfigError(
+                f"{where}.apps[{i}].perturb: {sorted(bad)} not allowed; allowed: {list(PERTURBABLE)}"
+            )
         for k, v in e.perturb.items():
             if not 0.1 <= v <= 10.0:
                 raise ConfigError(f"{where}.apps[{i}].perturb.{k} = {v}: a factor in [0.1, 10]")
@@ -165,8 +171,12 @@ def validate_scenario(s: Scenario) -> None:
             raise ConfigError(f"{where}.antagonists[{i}].profile: unknown {a.profile!r}") from None
         if not isinstance(prof, BatchProfile):
             raise ConfigError(f"{where}.antagonists[{i}]: {a.profile!r} is not a batch profile")
-        if prof.placement in ("same_threads", "sibling_threads") and a.target not in [e.instance for e in s.apps]:
-            raise ConfigError(f"{where}.antagonists[{i}].target: {a.target!r} is not an LC app of the scenario")
+        if prof.placement in ("same_threads", "sibling_threads") and a.target not in [
+            e.instance for e in s.apps
+        ]:
+            raise ConfigError(
+                f"{where}.antagonists[{i}].target: {a.target!r} is not an LC app of the scenario"
+            )
     if s.duration_s <= 0 or s.warmup_s < 0 or s.warmup_s >= s.duration_s:
         raise ConfigError(f"{where}: need duration_s > warmup_s >= 0")
 
@@ -215,7 +225,9 @@ def simple_scenario(
     entries = []
     for key, load in apps.items():
         prof, _, inst = key.partition(":")
-        entries.append(AppEntry(app=prof, name=inst, load=load, overrides=(overrides or {}).get(inst or prof, {})))
+        entries.append(
+            AppEntry(app=prof, name=inst, load=load, overrides=(overrides or {}).get(inst or prof, {}))
+        )
     return Scenario(
         name=name,
         apps=tuple(entries),

@@ -139,7 +139,9 @@ class Diurnal:
         def f(t: np.ndarray) -> np.ndarray:
             x = 2 * np.pi * (t + self.phase_s) / self.period_s
             # a day: trough early morning, slow climb, peak in the evening (two harmonics)
-            shape = (0.5 - 0.5 * np.cos(x) + 0.15 * np.sin(2 * x) - _DIURNAL_MIN) / (_DIURNAL_MAX - _DIURNAL_MIN)
+            shape = (0.5 - 0.5 * np.cos(x) + 0.15 * np.sin(2 * x) - _DIURNAL_MIN) / (
+                _DIURNAL_MAX - _DIURNAL_MIN
+            )
             return self.low + (self.high - self.low) * np.clip(shape, 0.0, 1.0)
 
         return _Func(f)

@@ -131,7 +131,7 @@ def test_profiles_and_platforms_are_strict(tmp_path):
     with pytest.raises(ConfigError, match="servce_us"):
         _parse(data, "xapian.yaml")
     data = yaml.safe_load((load_profile.__globals__["CONFIGS"] / "apps" / "xapian.yaml").read_text())
-    data["frac_mem"] = 0.99
+    data["frac_llc"], data["frac_mem"] = 0.5, 0.6  # no core share left
     with pytest.raises(ConfigError, match="frac_llc \\+ frac_mem"):
         _parse(data, "xapian.yaml")
     bad = tmp_path / "node.yaml"
