@@ -204,12 +204,13 @@ def _working_set(p, rate, t, cap, stream_w):
     """MB of distinct lines a component touched in the last `t` seconds (Che's approximation).
     Reuse (LC apps): W solves G(W) = touched MB, with G(x) = int_0^x dx'/m(x') tabulated per app.
     Streams (batch threads cycling over arrays): everything touched, up to the footprint; a thread
-    whose array is far larger than the partition (>= 2x) never reuses a line before it is evicted:
-    a pure scan, demoted by scan-resistant insertion."""
+    whose array is at least the partition cannot fit beside co-runners and thrashes: adaptive
+    (scan-resistant) insertion demotes it. PARTIES Table 4 supports this split: one thread streaming
+    an LLC-sized array barely hurts memcached, twelve reusing 1/12 of it each do."""
     touched = rate * p[P_LLC_APU] * LINE_MB * t
     foot = p[P_LLC_FOOT]
     if p[P_LLC_STREAM] > 0.5:
-        if foot / max(p[P_THREADS], 1.0) >= 2.0 * cap:  # never reused before eviction: a scan
+        if foot / max(p[P_THREADS], 1.0) >= cap:  # cannot fit beside co-runners: a scan
             touched *= stream_w
         return min(foot, touched)
     g0 = p[P_GTAB]

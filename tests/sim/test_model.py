@@ -240,8 +240,9 @@ def test_without_hyperthreads_oversubscription_time_shares_without_an_smt_penalt
 
 def test_lru_sharing_reusing_thrashers_squeeze_an_app_but_a_scan_does_not():
     """Che's approximation with scan resistance: threads cycling over arrays that fit (PARTIES
-    Table 3 "LLC bandwidth") take the LLC from memcached; threads streaming arrays far larger than
-    the LLC ("memory bandwidth", 512 MB each) are a pure scan, demoted by adaptive insertion."""
+    Table 3 "LLC bandwidth") take the LLC from memcached; one thread streaming an LLC-sized array
+    ("LLC capacity") cannot fit beside it and is demoted by adaptive insertion, as are threads
+    streaming arrays far larger than the LLC ("memory bandwidth", 512 MB each)."""
     from env.sim.experiments import with_antagonist
 
     out, _, _ = analytic_outputs(
@@ -249,12 +250,13 @@ def test_lru_sharing_reusing_thrashers_squeeze_an_app_but_a_scan_does_not():
             with_antagonist("memcached", None),
             with_antagonist("memcached", "memory_bandwidth"),
             with_antagonist("memcached", "llc_bandwidth"),
+            with_antagonist("memcached", "llc_capacity"),
         ],
         np.array([0.5]),
     )
-    alone, scan, reuse = (float(out[i, 0, 0, M.O_LLC]) for i in range(3))
+    alone, scan, reuse, llc_sized = (float(out[i, 0, 0, M.O_LLC]) for i in range(4))
     llc = load_platform("parties").llc.mb
-    assert scan > 0.2 * min(alone, llc)
-    assert reuse < 0.25 * scan
+    assert scan > 0.2 * min(alone, llc) and llc_sized > 0.2 * min(alone, llc)
+    assert reuse < 0.25 * min(scan, llc_sized)
     # every member of the shared partition together holds at most the partition
     assert float(out[2, 0, :, M.O_LLC].sum()) <= llc * (1 + 1e-6)
