@@ -87,19 +87,47 @@ REGISTRY: dict[str, Entry] = {
     "static": Entry(
         "baselines.registry:_static", "PARTIES' fair start held for ever (Alg. 1 initialization)"
     ),
-    "parties": Entry("baselines.parties:make", "PARTIES (ASPLOS'19) Sec. 4, Alg. 1-4", arg="CONFIG", optional_arg=True),
+    "parties": Entry(
+        "baselines.parties:make", "PARTIES (ASPLOS'19) Sec. 4, Alg. 1-4", arg="CONFIG", optional_arg=True
+    ),
     "heracles": Entry(
         "baselines.registry:_heracles",
         "Heracles (ISCA'15) Sec. 4.5, Alg. 1-4; LC job = strictest QoS (PARTIES Sec. 5.2.2); offline DRAM model from the simulator",
         arg="CONFIG",
         optional_arg=True,
     ),
-    "prm": Entry("baselines.prm:make_prm", "Intel PRM NaiveController, CPU quota + CAT (Q-PRM thesis Sec. 4.1)"),
-    "prm-nocat": Entry("baselines.prm:make_prm_nocat", "Intel PRM NaiveController, CPU quota only (Q-PRM Table 6.1)"),
+    "prm": Entry(
+        "baselines.prm:make_prm", "Intel PRM NaiveController, CPU quota + CAT (Q-PRM thesis Sec. 4.1)"
+    ),
+    "prm-nocat": Entry(
+        "baselines.prm:make_prm_nocat", "Intel PRM NaiveController, CPU quota only (Q-PRM Table 6.1)"
+    ),
     "qprm-step": Entry("baselines.prm:make_qprm_step", "Q-PRM Step (Q-PRM thesis Sec. 4.2.2)"),
     "qprm-prop": Entry("baselines.prm:make_qprm_prop", "Q-PRM Proportional (Sec. 4.2.2)"),
     "qprm-prop2": Entry("baselines.prm:make_qprm_prop2", "Q-PRM Proportional v2 (Sec. 4.2.2)"),
     "qprm-basic": Entry("baselines.prm:make_qprm_basic", "Q-PRM Basic (Sec. 4.2.2)"),
+    "coco": Entry(
+        "baselines.coco:make",
+        "CoCo (Sec. 3): profiled slowdowns, MQ-WRR CLOS time-sharing, admission control",
+        arg="CONFIG",
+        optional_arg=True,
+        needs_sim=True,
+    ),
+    "coco-rr": Entry(
+        "baselines.coco:make_rr", "CoCo's CLOSes time-shared round-robin (CoCo Fig. 2)", arg="CONFIG", optional_arg=True
+    ),
+    "coco-nopart": Entry(
+        "baselines.coco:make_nopart", "CoCo's core pinning, no CAT/MBA (CoCo Fig. 2)", arg="CONFIG", optional_arg=True
+    ),
+    "oracle": Entry(
+        "baselines.oracle:make",
+        "best static allocation with full knowledge of the simulator (PARTIES Fig. 8)",
+        arg="CONFIG",
+        optional_arg=True,
+        needs_sim=True,
+    ),
+    "bo": Entry("agents.bo:make", "CLITE-style BoTorch constrained BO over allocations", arg="CONFIG", optional_arg=True),
+    "rl": Entry("agents.policy:make", "a trained RL policy (train.py), torch only", arg="PATH", contract_spec=None),
 }
 
 

@@ -501,7 +501,38 @@ class MemoryFeed:
 # -- writers -----------------------------------------------------------------------------------
 
 
-class UdpPublisher:
+class _LinePublisher:
+    """One reading = one encoded line handed to `_send`; send errors are counted, never raised (the
+    feed is best effort)."""
+
+    _wall: WallClock
+    sent: int
+    send_errors: int
+
+    def publish(
+        self,
+        app: str,
+        p99_us: float,
+        rps: float,
+        *,
+        p50_us: float = math.nan,
+        p999_us: float = math.nan,
+        requests: int = 0,
+    ) -> None:
+        line = encode_line(
+            app, p99_us, rps, t=self._wall(), p50_us=p50_us, p999_us=p999_us, requests=requests
+        )
+        try:
+            self._send(line)
+            self.sent += 1
+        except OSError:
+            self.send_errors += 1
+
+    def _send(self, line: bytes) -> None:
+        raise NotImplementedError
+
+
+class UdpPublisher(_LinePublisher):
     """Sends each reading as one datagram. Send errors are counted, never raised (the feed is best effort)."""
 
     def __init__(self, host: str, port: int, *, wall_clock: WallClock = time.time) -> None:
@@ -517,30 +548,14 @@ class UdpPublisher:
         self.sent = 0
         self.send_errors = 0
 
-    def publish(
-        self,
-        app: str,
-        p99_us: float,
-        rps: float,
-        *,
-        p50_us: float = math.nan,
-        p999_us: float = math.nan,
-        requests: int = 0,
-    ) -> None:
-        line = encode_line(
-            app, p99_us, rps, t=self._wall(), p50_us=p50_us, p999_us=p999_us, requests=requests
-        )
-        try:
-            self._sock.sendto(line, self._addr)
-            self.sent += 1
-        except OSError:
-            self.send_errors += 1
+    def _send(self, line: bytes) -> None:
+        self._sock.sendto(line, self._addr)
 
     def close(self) -> None:
         self._sock.close()
 
 
-class FilePublisher:
+class FilePublisher(_LinePublisher):
     """Appends each reading as one line (one `write` of a whole line, flushed, so a tail never sees half)."""
 
     def __init__(self, path: str | Path, *, wall_clock: WallClock = time.time) -> None:
@@ -554,24 +569,8 @@ class FilePublisher:
         self.sent = 0
         self.send_errors = 0
 
-    def publish(
-        self,
-        app: str,
-        p99_us: float,
-        rps: float,
-        *,
-        p50_us: float = math.nan,
-        p999_us: float = math.nan,
-        requests: int = 0,
-    ) -> None:
-        line = encode_line(
-            app, p99_us, rps, t=self._wall(), p50_us=p50_us, p999_us=p999_us, requests=requests
-        )
-        try:
-            os.write(self._fd, line)
-            self.sent += 1
-        except OSError:
-            self.send_errors += 1
+    def _send(self, line: bytes) -> None:
+        os.write(self._fd, line)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -590,14 +590,25 @@ def test_sigterm_finishes_the_tick_restores_and_returns(parties_caps):
     """SIGTERM during a run on a real clock: the run returns normally (no exception), the node is
     closed once, and no tick starts after the signal."""
     caps = parties_caps
-    node = ScriptNode(caps, fair_allocation(caps), RealClock())
+
+    class SignalledNode(ScriptNode):
+        """Sends SIGTERM to the main thread shortly after the first tick's observation (a fixed
+        timer from the start raced a slow first tick on a loaded CI machine)."""
+
+        observed = 0
+
+        def observe(self):
+            self.observed += 1
+            if self.observed == 2:  # reset() observed once; this is the first tick's
+                main = threading.main_thread().ident
+                threading.Timer(0.05, lambda: signal.pthread_kill(main, signal.SIGTERM)).start()
+            return super().observe()
+
+    node = SignalledNode(caps, fair_allocation(caps), RealClock())
     sup = Supervisor(node, Fixed(), controller_name="fixed")
     before = signal.getsignal(signal.SIGTERM)
     with SignalStop() as sig:
         sig.attach(sup)
-        threading.Timer(
-            0.3, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
-        ).start()
         summary = sup.run()
     assert summary.exit_reason == "signal SIGTERM" and node.closed == 1 and sup.closed
     assert summary.ticks >= 1

@@ -457,6 +457,7 @@ class SimBatch:
                 w = lay.n if lay is not None else 0  # only the node's own components draw
                 n[r, :w], u[r, :w] = _draw(self.rngs[first + r], mean[r, :w])
         a["arrivals"][:] = n
+        a["state"][..., M.S_OFFER] = np.where(lc, mean, 0.0)
         a["usample"][:] = np.where(lc, np.where(n > 0, u, empty_u), np.nan)
         M.step_nodes(
             a["plat"], a["prm"], a["alloc"], a["state"], a["arrivals"], a["usample"], a["out"], a["nout"]

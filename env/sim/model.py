@@ -153,7 +153,8 @@ S_BUSY = 3  # busy threads last interval
 S_RATE = 4  # batch: progress rate last interval (units/s)
 S_INIT = 5  # 1 once occupancy and residency were initialised
 S_CAP = 6  # LC: bottleneck capacity last interval (rps)
-NS = 7
+S_OFFER = 7  # LC: offered (mean) arrivals this interval, set by the caller before a sampled step; 0 = use `arrivals`
+NS = 8
 
 # ---- outputs ------------------------------------------------------------------------------------
 O_P99 = 0  # s; NaN when no request was seen
@@ -629,7 +630,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             if p[P_ACTIVE] < 0.5:
                 rate[w] = 0.0
             elif p[P_KIND] < 0.5:
-                rate[w] = (arrivals[b, w] + state[b, w, S_Q]) / dt
+                rate[w] = (_offered(arrivals, state, b, w) + state[b, w, S_Q]) / dt
                 if state[b, w, S_INIT] > 0.5:
                     rate[w] = min(rate[w], state[b, w, S_CAP])
             elif state[b, w, S_INIT] > 0.5:
@@ -864,7 +865,12 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                 continue
             # ---- LC app: queueing ----
             nthr = p[P_THREADS]
-            lam = arrivals[b, w] / dt
+            # The M/G/c tail below already holds the Poisson variability of arrivals; the queue
+            # and the fluid backlog follow the offered rate, so a sampled count does not count
+            # that variability twice (it would turn a few-requests-per-interval app near its knee
+            # into a random walk). The sampled count still sets the requests seen and the p99's
+            # order statistic (sampling noise).
+            lam = _offered(arrivals, state, b, w) / dt
             svc = p[P_SREF] * slow[w] / max(speed[w], 1e-6)  # per hardware thread
             cpu_cap = max(hw[w], 1e-9) / svc  # requests/s at saturation
             # disk: miss events per request, each `ios` sequential reads on this app's disk share;
@@ -982,6 +988,14 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
         for w in range(nw):  # migrations and flushes happen once, in the interval after the change
             alloc[b, w, A_MOVED] = 0.0
             alloc[b, w, A_FLUSH] = 0.0
+
+
+@njit(cache=True, inline="always")
+def _offered(arrivals, state, b, w):
+    """Offered arrivals of LC component w this interval: the caller's mean when it set one (sampled
+    steps), else the arrivals themselves (analytic steps, where they are the mean)."""
+    m = state[b, w, S_OFFER]
+    return m if m > 0.0 else arrivals[b, w]
 
 
 @njit(cache=True, inline="always")
