@@ -732,7 +732,10 @@ def run_maxload(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]
             raise ConfigError(
                 f"--fixed-loads: give one load or {len(apps) - 3} (for {apps[2:-1]}), got {len(fixed)}"
             )
-    mixes = sample_mixes(args.mixes, args.mix_sizes, args.seed, known) if args.mixes else []
+    # mixes draw from the apps characterised on this platform (e.g. not memcached_qprm, the Q-PRM
+    # node's deployment of memcached, on the PARTIES node)
+    native = [a for a in known if load_profile(a).reference.platform == args.platform] or known
+    mixes = sample_mixes(args.mixes, args.mix_sizes, args.seed, native) if args.mixes else []
     check_out(Path(args.out), args.overwrite)
     probe_apps = apps or list(mixes[0])
     probe(
