@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 DEMO_OUT ?= out/demo
 
-.PHONY: setup demo test test-fast lint fmt calibrate bench serve-demo clean help
+.PHONY: setup demo test test-fast lint fmt calibrate bench reproduce serve-demo clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -44,6 +44,16 @@ calibrate: setup  ## the simulator's calibration report
 
 bench: setup  ## simulator and controller speed
 	$(PY) evaluate.py bench --out out/bench
+
+REPRO_OUT ?= out/reproduce
+reproduce: setup  ## the papers' experiments in simulation (README "Reproducing the papers"; ~1-2 h on 2 cores)
+	$(PY) evaluate.py maxload --mixes 2 --mix-sizes 2,3,4,5,6 --controllers unmanaged,heracles,parties --out $(REPRO_OUT)/fig7 --overwrite
+	$(PY) evaluate.py maxload --apps memcached,xapian,nginx --controllers unmanaged,parties,oracle --out $(REPRO_OUT)/fig8 --overwrite
+	$(PY) evaluate.py timeline --scenario fig9-ramp --controllers unmanaged,heracles,parties --out $(REPRO_OUT)/fig9 --overwrite
+	$(PY) evaluate.py compare --scenario mix6-const --controllers parties --seeds 3 --out $(REPRO_OUT)/fig10-6apps --overwrite
+	$(PY) evaluate.py compare --scenario mix3-const --controllers parties --seeds 3 --out $(REPRO_OUT)/fig10-3apps --overwrite
+	$(PY) evaluate.py compare --scenario coco-fig2 --controllers coco,coco-rr,coco-nopart --seeds 3 --out $(REPRO_OUT)/coco-fig2 --overwrite
+	$(PY) evaluate.py compare --scenario qprm-sinusoid --controllers unmanaged,prm,qprm-step,qprm-prop,qprm-prop2,qprm-basic --seeds 3 --out $(REPRO_OUT)/qprm --overwrite
 
 serve-demo: setup  ## rehearse serve.py on the simulated node (30 simulated s at 10x speed)
 	$(PY) serve.py --config configs/serve/sim.yaml --sim --controller parties --duration-s 30 --speed 10 --out out/serve-demo

@@ -114,10 +114,16 @@ REGISTRY: dict[str, Entry] = {
         needs_sim=True,
     ),
     "coco-rr": Entry(
-        "baselines.coco:make_rr", "CoCo's CLOSes time-shared round-robin (CoCo Fig. 2)", arg="CONFIG", optional_arg=True
+        "baselines.coco:make_rr",
+        "CoCo's CLOSes time-shared round-robin (CoCo Fig. 2)",
+        arg="CONFIG",
+        optional_arg=True,
     ),
     "coco-nopart": Entry(
-        "baselines.coco:make_nopart", "CoCo's core pinning, no CAT/MBA (CoCo Fig. 2)", arg="CONFIG", optional_arg=True
+        "baselines.coco:make_nopart",
+        "CoCo's core pinning, no CAT/MBA (CoCo Fig. 2)",
+        arg="CONFIG",
+        optional_arg=True,
     ),
     "oracle": Entry(
         "baselines.oracle:make",
@@ -126,8 +132,15 @@ REGISTRY: dict[str, Entry] = {
         optional_arg=True,
         needs_sim=True,
     ),
-    "bo": Entry("agents.bo:make", "CLITE-style BoTorch constrained BO over allocations", arg="CONFIG", optional_arg=True),
-    "rl": Entry("agents.policy:make", "a trained RL policy (train.py), torch only", arg="PATH", contract_spec=None),
+    "bo": Entry(
+        "agents.bo:make",
+        "CLITE-style BoTorch constrained BO over allocations",
+        arg="CONFIG",
+        optional_arg=True,
+    ),
+    "rl": Entry(
+        "agents.policy:make", "a trained RL policy (train.py), torch only", arg="PATH", contract_spec=None
+    ),
 }
 
 

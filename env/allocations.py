@@ -4,6 +4,8 @@
   equal partition of all managed resources, and all processors run at nominal frequency". Each LC
   app gets its own core group and CLOS; BE jobs share one group and CLOS holding what the equal
   split leaves over (at least the minimum of each resource, so they are not starved of a CLOS).
+  When the LC apps outnumber the CLOSes left for them (e.g. CoCo Fig. 2: six LC containers on a
+  4-CLOS CAT), they share CLOSes (`lc_clos_blocks`); every app keeps its equal share of the ways.
 * `unmanaged_allocation`: no isolation at all (PARTIES Sec. 5.2.3, "Unmanaged"): every app and BE
   job shares all cores, the whole LLC, memory, disk and network; frequency is left to the governor
   (turbo when busy).
@@ -26,34 +28,72 @@ def _split(total: float, parts: int, step: float, reserve: float) -> tuple[float
     return share, total - share * parts
 
 
+def lc_clos_blocks(n_lc: int, lc_closes: int) -> list[int]:
+    """How many LC apps share each LC CLOS when `n_lc` apps have `lc_closes` CLOSes: one app per
+    CLOS while they fit, else contiguous blocks in the node's app order whose sizes differ by at most
+    one (the first `n_lc mod lc_closes` CLOSes hold one app more), so that no app shares with more
+    apps than it must."""
+    if lc_closes >= n_lc:
+        return [1] * n_lc
+    q, r = divmod(n_lc, lc_closes)
+    return [q + 1] * r + [q] * (lc_closes - r)
+
+
 def fair_allocation(caps: Capabilities) -> Allocation:
+    """PARTIES' equal partition (Alg. 1 initialization; module docstring).
+
+    Each LC app gets an equal share of cores (its own core group), LLC ways, memory, disk and
+    network at the nominal frequency; the BE jobs share core group 0 and CLOS 0 with the rest.
+
+    CLOSes. One per LC app (plus CLOS 0 for the BE jobs) while the node has enough. With more LC
+    apps than the CLOSes left for them, the LC apps share CLOSes in balanced contiguous blocks
+    (`lc_clos_blocks`), and a CLOS of k apps holds k equal shares of the ways, so every app's share
+    of the LLC is the same as with exclusive CLOSes, but it is shared (the simulator models the apps
+    of one CLOS competing for its ways) rather than isolated. The BE jobs keep their own CLOS. On a
+    node with a single CLOS and BE jobs nothing can be partitioned: every app and BE job is in CLOS
+    0 holding all ways. Raises ValueError when the apps cannot get one core step each, or a CLOS
+    cannot get the node's minimum ways.
+    """
     lc, be = caps.lc_apps, caps.be_apps
     if not lc and not be:
         raise ValueError("the node runs no apps")
     n = len(lc)
     need_be = bool(be)
+    n_clos = max(caps.clos_count, 1)
+    lc_closes = n_clos - int(need_be)
     cores, rest_cores = _split(caps.cores, n, caps.core_step, 0.0)
     ways, rest_ways = _split(caps.llc_ways, n, 1, caps.min_llc_ways if need_be else 0)
     mem, rest_mem = _split(caps.memory_gb, n, caps.memory_step_gb, caps.min_memory_gb if need_be else 0)
     disk, rest_disk = _split(caps.disk_mbps, n, caps.disk_step_mbps, caps.disk_step_mbps if need_be else 0)
     net, rest_net = _split(caps.net_gbps, n, caps.net_step_gbps, caps.net_step_gbps if need_be else 0)
-    if n and (cores < caps.core_step or ways < caps.min_llc_ways):
+    if n and lc_closes < 1:  # one CLOS, BE jobs too: no partitioning at all
+        blocks, clos_ids, clos_ways, rest_ways = [n], [BE_GROUP], [caps.llc_ways], caps.llc_ways
+    else:
+        blocks = lc_clos_blocks(n, lc_closes)
+        first = 1 if need_be else 0  # CLOS 0 belongs to the BE jobs
+        clos_ids = list(range(first, first + len(blocks)))
+        clos_ways = [int(ways) * k for k in blocks]
+    if n and (cores < caps.core_step or min(clos_ways) < caps.min_llc_ways):
         raise ValueError(f"{n} LC apps do not fit on {caps.cores} cores / {caps.llc_ways} LLC ways")
     nominal = caps.nominal_freq_mhz
-    n_clos = max(caps.clos_count, 1)
-    if n + int(need_be) > n_clos:
-        raise ValueError(
-            f"{n} LC apps{' and the BE jobs' if need_be else ''} need {n + int(need_be)} CLOSes for "
-            f"exclusive LLC partitions; the node has {n_clos}"
-        )
+    clos_of = [(c, w) for c, w, k in zip(clos_ids, clos_ways, blocks) for _ in range(k)]
     apps = []
-    # LC app i gets core group i and CLOS i (CLOS 0 and group 0 belong to the BE jobs).
-    for i, spec in enumerate(lc, start=1):
-        clos = i if need_be else i - 1
-        apps.append(AppAlloc(spec.name, cores, i, ways, clos, nominal, mem, disk, net))
+    # LC app i gets core group i (group 0 belongs to the BE jobs) and the CLOS of its block.
+    for i, (spec, (clos, w)) in enumerate(zip(lc, clos_of), start=1):
+        apps.append(AppAlloc(spec.name, cores, i, w, clos, nominal, mem, disk, net))
     for spec in be:
         apps.append(
-            AppAlloc(spec.name, rest_cores, BE_GROUP, int(rest_ways), BE_GROUP, nominal, rest_mem, rest_disk, rest_net)
+            AppAlloc(
+                spec.name,
+                rest_cores,
+                BE_GROUP,
+                int(rest_ways),
+                BE_GROUP,
+                nominal,
+                rest_mem,
+                rest_disk,
+                rest_net,
+            )
         )
     return Allocation.of(apps, caps)
 

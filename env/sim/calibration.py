@@ -37,12 +37,15 @@ import numpy as np
 from env.sim import fit as F
 from env.sim import model as M
 from env.sim.experiments import (
+    FUNGIBLE_TUPLES,
+    SMALL_TUPLE,
     Setup,
     alone,
     analytic_meet,
     analytic_outputs,
     mongodb_memory,
     mongodb_pair,
+    moses_fungibility,
     sampled_window_meet,
     with_antagonist,
 )
@@ -122,12 +125,9 @@ def _map(fn: Callable, args: list[tuple], workers: int) -> list:
 def fact_fungibility(seed: int) -> dict:
     """PARTIES Sec. 3.4.3: Moses at high load (90%) meets QoS with <10 cores, 11 ways, turbo>,
     <14 cores, 11 ways, 1.8 GHz> and <14 cores, 2 ways, 2.2 GHz>; a small tuple does not."""
-    tuples = [(10, 11, 3600), (14, 11, 1800), (14, 2, 2200)]
-    small = (4, 2, 1200)
     res = {}
-    for c, w, f in [*tuples, small]:
-        s = alone("moses", cores=c, ways={"moses": w}, freq_mhz={"moses": f}, overrides={"threads": 14})
-        res[f"<{c} cores, {w} ways, {f} MHz>"] = sampled_window_meet(s.at_loads({"moses": 0.9}), seed)
+    for c, w, f in [*FUNGIBLE_TUPLES, SMALL_TUPLE]:
+        res[f"<{c} cores, {w} ways, {f} MHz>"] = sampled_window_meet(moses_fungibility(c, w, f), seed)
     keys = list(res)
     holds = all(res[k] for k in keys[:3]) and not res[keys[3]]
     return {"name": "fungibility", "source": "PARTIES Sec. 3.4.3", "holds": holds, "detail": res}

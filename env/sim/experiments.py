@@ -157,6 +157,19 @@ def mongodb_memory(memory_gb: float, disk_mbps: float | None = None) -> Setup:
     return alone("mongodb", cores=8, **kw)
 
 
+FUNGIBLE_TUPLES = ((10, 11, 3600), (14, 11, 1800), (14, 2, 2200))  # <cores, ways, MHz> that meet
+SMALL_TUPLE = (4, 2, 1200)  # ... and one that does not
+
+
+def moses_fungibility(cores: int, ways: int, freq_mhz: int) -> Setup:
+    """PARTIES Sec. 3.4.3: Moses (14 threads) at 90% load on <cores, ways, frequency>; the paper's
+    three `FUNGIBLE_TUPLES` all meet its QoS, a small tuple does not."""
+    s = alone(
+        "moses", cores=cores, ways={"moses": ways}, freq_mhz={"moses": freq_mhz}, overrides={"threads": 14}
+    )
+    return s.at_loads({"moses": 0.9})
+
+
 # ---- analytic (deterministic) evaluation ----------------------------------------------------------
 @dataclass
 class _Packed:

@@ -580,6 +580,8 @@ def test_short_simnode_run(spec):
         return
     ups = [i for i in range(1, len(levels)) if levels[i] > levels[i - 1]]
     downs = [i for i in range(1, len(levels)) if levels[i] < levels[i - 1]]
-    assert ups and downs  # the BE job is given CPU under slack and throttled when QoS suffers
+    assert ups  # the BE job is given CPU under slack
+    violating = [i for i, s in enumerate(slacks[:-1]) if s < 0]
+    assert downs or not violating  # ... and throttled when QoS suffers (if it does at this load)
     if spec in ("qprm-step", "qprm-prop", "qprm-prop2"):
         assert all(slacks[i] < 0 for i in downs)  # only a violating sample lowers the level
