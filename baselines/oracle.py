@@ -95,7 +95,6 @@ if TYPE_CHECKING:
 DEFAULT_CONFIG = CONFIGS / "baselines" / "oracle.yaml"
 BE_GROUP = 0
 _EPS = 1e-9
-_KERNEL_ARGS = ("plat", "prm", "alloc", "state", "arrivals", "usample", "out", "nout")  # M.step_nodes
 
 
 @dataclass(frozen=True)
@@ -209,8 +208,7 @@ class AnalyticBatch:
         is_lc = np.zeros(lay.n, dtype=bool)
         is_lc[list(self.lc.values())] = True
         arr["usample"][:] = np.where(is_lc, engine.P99, np.nan)
-        for _ in range(self.steps):
-            M.step_nodes(*(arr[k] for k in _KERNEL_ARGS))
+        M.step_arrays(arr, self.steps)
         self.calls += 1
         self.rows += n
         out = arr["out"]

@@ -319,17 +319,7 @@ def steady(plat: np.ndarray, prm: np.ndarray, alloc: np.ndarray, lam: np.ndarray
     dt = plat[M.PL_DT]
     arr["arrivals"][0] = lam * dt
     arr["usample"][0] = np.where(prm[:, M.P_KIND] < 0.5, P99, np.nan)
-    for _ in range(steps):
-        M.step_nodes(
-            arr["plat"],
-            arr["prm"],
-            arr["alloc"],
-            arr["state"],
-            arr["arrivals"],
-            arr["usample"],
-            arr["out"],
-            arr["nout"],
-        )
+    M.step_arrays(arr, steps)
     return arr["out"][0].copy(), arr["nout"][0].copy()
 
 

@@ -232,17 +232,7 @@ def analytic_outputs(
             arr["arrivals"][b, : p.layout.n] = lam * p.layout.platform.interval_s
             lc_mask[b, : p.layout.n] = p.lam_frac > 0
     arr["usample"][:] = np.where(lc_mask, 0.99, np.nan)
-    for _ in range(steps):
-        M.step_nodes(
-            arr["plat"],
-            arr["prm"],
-            arr["alloc"],
-            arr["state"],
-            arr["arrivals"],
-            arr["usample"],
-            arr["out"],
-            arr["nout"],
-        )
+    M.step_arrays(arr, steps)
     shape = (len(packs), len(loads))
     dt = arr["plat"][:, M.PL_DT][:, None]
     return (

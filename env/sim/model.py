@@ -1006,6 +1006,16 @@ def rate_sum_demand(dem, n):
     return s
 
 
+KERNEL_ARGS = ("plat", "prm", "alloc", "state", "arrivals", "usample", "out", "nout")
+
+
+def step_arrays(arr: dict[str, np.ndarray], steps: int = 1) -> None:
+    """Run `step_nodes` `steps` times on the arrays of `new_arrays` (in place)."""
+    args = tuple(arr[k] for k in KERNEL_ARGS)
+    for _ in range(steps):
+        step_nodes(*args)
+
+
 def new_arrays(nb: int, nw: int) -> dict[str, np.ndarray]:
     """Zeroed arrays for `nb` nodes of `nw` components."""
     return {
