@@ -1,0 +1,136 @@
+"""`BoConfig`: the constants of the CLITE-style Bayesian-optimisation controller.
+
+Declared and documented here; the values live in `configs/agents/bo.yaml` (YAML is data, DESIGN
+§6.6) and are loaded strictly with `env.config.build` (unknown keys and wrong types are errors).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from env.config import CONFIGS, ConfigError, build, load_yaml, resolve_config
+
+ResourceName = Literal["core", "cache", "freq", "mem", "disk"]
+ProbeName = Literal["fair", "lc_max_each", "be_minimum"]
+DEFAULT_CONFIG = CONFIGS / "agents" / "bo.yaml"
+
+
+@dataclass(frozen=True)
+class BoConfig:
+    """What the BO controller searches, how it measures a sample, and when it stops or restarts.
+
+    Sampling (CLITE Sec. 4: each sample is a configuration run on the real node and measured):
+    a candidate allocation is requested, given `settle_s` of simulated/real time once it is in
+    force (migrations, cache refill, backlog drain), then measured for `measure_s`. Times are
+    converted to intervals by the observations' timestamps, never by sleeping.
+    """
+
+    # what is searched: the resources each LC app's share is chosen for (the others stay at fair)
+    resources: tuple[ResourceName, ...] = ("core", "cache", "freq", "mem", "disk")
+    # one sample = apply, settle, measure (seconds of observation time)
+    settle_s: float = 1.0
+    max_settle_s: float = 10.0  # settling goes on past settle_s while an LC app drains a backlog
+    drain_tolerance_frac: float = 0.01  # draining: served > offered x (1 + this)
+    measure_s: float = 3.0
+    apply_timeout_s: float = 5.0  # a target a guard keeps changing is measured as applied after this
+    # budget: samples per search when a QoS-meeting allocation has been found, and the larger
+    # budget the search may use while it has found none
+    max_samples: int = 30
+    max_samples_without_qos: int = 60
+    # CLITE's initial samples, in order (module docstring of agents.bo.space)
+    probes: tuple[ProbeName, ...] = ("fair", "be_minimum", "lc_max_each")
+    reprobe_incumbent: bool = True  # after a restart, sample the previous best first
+    # memory floors: no party gets less than its largest resident memory seen x (1 + this), since
+    # a memory cut swaps an app out and its pages fault back in at disk speed (minutes on an HDD)
+    memory_headroom_frac: float = 0.1
+    # candidate set for the acquisition optimiser
+    random_candidates: int = 512
+    dirichlet_alpha: float = 1.0  # 1 = uniform over each resource's simplex of shares
+    # of the random candidates, this fraction is "bundled": every resource's split drawn around one
+    # common split, Dirichlet(bundle_concentration x split) (agents.bo.space)
+    bundled_fraction: float = 0.5
+    bundle_concentration: float = 30.0
+    neighbour_centres: int = 3
+    neighbour_fractions: tuple[float, ...] = (0.1, 0.25)  # besides one unit, of the pool's units
+    # outcomes: per LC app the headroom, min(worst, mean - qos_z x sd) of the measured intervals'
+    # log(target / p99), each clipped to +-log_ratio_clip (agents.bo.controller)
+    log_ratio_clip: float = 3.0
+    qos_z: float = 1.645  # ~95% of intervals meeting the target under a normal model
+    qos_margin_log: float = 0.0  # a sample meets QoS when every app's headroom >= this
+    # stop a search early when the best constrained EI is below this fraction of the incumbent's
+    # BE throughput (CLITE's EI-based termination); 0 = always spend the budget
+    stop_ei_rel: float = 0.0
+    # load shift (restart the search): EWMA of each app's load_frac against the search's reference
+    load_ewma_alpha: float = 0.5
+    load_shift_abs: float = 0.05
+    load_shift_rel: float = 0.15
+    load_shift_intervals: int = 3
+    # while holding a QoS-meeting allocation: it fails (fall back to the next best, or search
+    # again) once more than (1 - recheck_meet_frac) of the last recheck_window_s missed a target
+    recheck_window_s: float = 10.0
+    recheck_meet_frac: float = 0.9
+    # GP inputs: "own" = each LC app's latency model sees its own partition's columns and the BE
+    # throughput model the BE party's (agents.bo.model); "all" = every model sees every column
+    model_inputs: Literal["own", "all"] = "own"
+    # GP fitting (agents.bo.model, "Cost"): after each new sample, the ticks that only apply,
+    # settle or measure each run one chunk of at most fit_maxiter L-BFGS-B iterations, warm-started
+    # from the previous chunk, until a chunk converges (relative improvement < fit_ftol) or
+    # fit_ticks chunks have run; a failed chunk is retried from prior samples, up to fit_attempts
+    # attempts in all
+    fit_attempts: int = 3
+    fit_maxiter: int = 3
+    fit_ticks: int = 6
+    fit_ftol: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if not self.resources:
+            raise ConfigError("bo.resources: name at least one of core, cache, freq, mem, disk")
+        if len(set(self.resources)) != len(self.resources):
+            raise ConfigError(f"bo.resources: {list(self.resources)} names a resource twice")
+        for name in ("settle_s", "apply_timeout_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"bo.{name} must be >= 0")
+        if self.measure_s <= 0:
+            raise ConfigError("bo.measure_s must be > 0")
+        if self.max_settle_s < self.settle_s:
+            raise ConfigError("bo.max_settle_s must be >= settle_s")
+        if self.drain_tolerance_frac < 0 or self.memory_headroom_frac < 0:
+            raise ConfigError("bo.drain_tolerance_frac and bo.memory_headroom_frac must be >= 0")
+        if self.max_samples < 1 or self.max_samples_without_qos < self.max_samples:
+            raise ConfigError("bo: need 1 <= max_samples <= max_samples_without_qos")
+        if self.random_candidates < 0 or self.neighbour_centres < 0:
+            raise ConfigError("bo.random_candidates and bo.neighbour_centres must be >= 0")
+        if self.dirichlet_alpha <= 0 or self.bundle_concentration <= 0:
+            raise ConfigError("bo.dirichlet_alpha and bo.bundle_concentration must be > 0")
+        if not 0 <= self.bundled_fraction <= 1:
+            raise ConfigError("bo.bundled_fraction must be in [0, 1]")
+        if any(not 0 < f < 1 for f in self.neighbour_fractions):
+            raise ConfigError("bo.neighbour_fractions: each must be in (0, 1)")
+        if self.qos_z < 0:
+            raise ConfigError("bo.qos_z must be >= 0")
+        if self.log_ratio_clip <= 0:
+            raise ConfigError("bo.log_ratio_clip must be > 0")
+        if not -self.log_ratio_clip < self.qos_margin_log < self.log_ratio_clip:
+            raise ConfigError("bo.qos_margin_log must be within (-log_ratio_clip, log_ratio_clip)")
+        if self.stop_ei_rel < 0:
+            raise ConfigError("bo.stop_ei_rel must be >= 0")
+        if not 0 < self.load_ewma_alpha <= 1:
+            raise ConfigError("bo.load_ewma_alpha must be in (0, 1]")
+        if self.load_shift_abs < 0 or self.load_shift_rel < 0 or self.load_shift_intervals < 1:
+            raise ConfigError("bo: load_shift_abs, load_shift_rel >= 0 and load_shift_intervals >= 1")
+        if self.recheck_window_s <= 0 or not 0 <= self.recheck_meet_frac < 1:
+            raise ConfigError("bo: need recheck_window_s > 0 and 0 <= recheck_meet_frac < 1")
+        if self.fit_attempts < 1 or self.fit_maxiter < 1 or self.fit_ticks < 1:
+            raise ConfigError("bo.fit_attempts, bo.fit_maxiter and bo.fit_ticks must be >= 1")
+        if not 0 < self.fit_ftol < 1:
+            raise ConfigError("bo.fit_ftol must be in (0, 1)")
+
+
+def load_bo_config(path: str | Path | None = None) -> BoConfig:
+    """`configs/agents/bo.yaml`, or `path` (a YAML file, or the name of one in configs/agents/), as
+    a `BoConfig`; a missing file, unknown keys and bad values are `ConfigError`s."""
+    p = resolve_config("agents", path) if path is not None else DEFAULT_CONFIG
+    data = load_yaml(p)
+    return build(BoConfig, {} if data is None else data, where=p.name)

@@ -1,0 +1,614 @@
+"""`BoController`: CLITE (Patel & Tiwari, HPCA'20) as a tick function, with BoTorch.
+
+CLITE searches the space of multi-resource partitions with Bayesian optimisation: it runs a
+configuration on the node, measures the LC jobs' tail latencies and the background jobs'
+performance, updates a Gaussian-process model and picks the next configuration by expected
+improvement; it starts from a few fixed configurations, keeps the best configuration that meets
+every QoS target, and searches again when the load changes. Here every `decide()` call is one
+interval and the search is explicit state advanced by the observations' timestamps (the
+controller never sleeps and does no I/O):
+
+    SEARCH --budget spent / EI exhausted--> HOLD --QoS lost--> HOLD the next best QoS-meeting sample
+      ^  ^                                   |  |                (none left: SEARCH on, same model)
+      |  +---------------- none left --------+--+
+      +--------- load shift: new search -----+
+
+One *sample* in SEARCH: request the candidate allocation (re-requested every interval until the
+observations show it in force; after `apply_timeout_s` whatever a guard let through is measured
+instead), let it settle for `settle_s` (longer while an LC app is still draining a backlog, i.e.
+serving more than it is offered, up to `max_settle_s`), then measure `measure_s` of intervals: BE throughput (mean) and, per LC app,
+its *headroom*: the smaller of the worst interval's log(target / p99) and mean - `qos_z` x sd of
+the intervals' log ratios (see `agents.bo.model`). A sample meets QoS when every app's headroom
+is >= `qos_margin_log` (0): every measured interval met every target, and the spread says that
+about 95% of intervals would (z = 1.645 under a normal model; DESIGN §5 judges a controller by
+the fraction of intervals meeting every target, and a few lucky intervals must not pass an
+allocation that misses one in five). An allocation counts as QoS-meeting only while every
+measurement of it did. The GP is fitted in bounded chunks on the ticks that only apply, settle or
+measure; the tick that ends a sample conditions it on the new sample and picks the next
+(`agents.bo.model`, "Cost"), so no tick pays for a whole fit.
+
+Choices where CLITE differs or is silent (each also in `BoConfig`):
+
+1. Constrained BO instead of CLITE's scalar score (Sec. 4.3: 0.5 + 0.5 x BG performance when all
+   QoS met, else 0.5 x the LC jobs' QoS ratio): a GP per outcome with log probability of
+   feasibility until QoS is met, then constrained log EI (the issue's formulation).
+2. Initial samples: fair and each LC app at the maximum (CLITE), plus `be_minimum` (the BE jobs at
+   their minimums), the likeliest QoS-meeting point, which shortens the time to QoS.
+3. CLITE rounds a continuous proposal to a configuration; here the acquisition is maximised over
+   a discrete set (random points plus the neighbours of the best samples), which holds only valid
+   allocations and never a repeated one.
+4. Budget: `max_samples` per search once QoS has been met; while it has not, up to
+   `max_samples_without_qos` (a node violating QoS keeps looking). Then the best QoS-meeting
+   sample is applied; if none met QoS, the sample closest to meeting it (largest worst headroom).
+5. Restart on a load shift (any app's smoothed `load_frac` off the search's reference by more
+   than `load_shift_abs + load_shift_rel x reference` for `load_shift_intervals` intervals): the
+   model is discarded and the previous best is sampled first. While holding, the held allocation
+   fails once more than (1 - `recheck_meet_frac`) of the last `recheck_window_s` of intervals
+   missed a target (DESIGN §5 judges a controller by the fraction of intervals that meet every
+   target; a 6-interval sample can pass an allocation that misses 1 interval in 8): the window is
+   recorded as a failing measurement of it, and the controller falls back to the next best
+   QoS-meeting sample or, when there is none, resumes the search (same model, fresh budget).
+6. Invalid observations (a failed latency feed) hold the allocation and are not measured.
+7. Memory floors: a memory cut below an app's resident set swaps it out, and the pages come back
+   at disk speed (minutes on the PARTIES HDD), which would spoil every later sample. No party is
+   offered less memory than the largest resident memory seen x (1 + `memory_headroom_frac`); the
+   memory search moves only the surplus.
+8. Fallbacks after a failed recheck. A sample is judged on `measure_s` (6 intervals); an app with
+   a few requests per interval (sphinx at 40% load: ~3) can pass it by luck and then miss in 10%
+   of the intervals once held. The failing window is far stronger evidence (20 intervals), and an
+   app's latency depends mostly on its own partition (what the "own" model inputs assume), so an
+   allocation that gives a failing app no more of any searched resource (and no higher frequency)
+   than the held allocation under which it failed no longer counts as QoS-meeting: the fallback
+   skips the samples that would fail the same way. On memcached+sphinx+mongodb at 40% (300 s,
+   seeds 0-2) the hold phase had 6, 19 and 15 violating intervals without this rule (up to five
+   fallbacks in a row, sphinx failing each time), 6, 9 and 9 with it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from agents.bo.config import BoConfig, load_bo_config
+from agents.bo.model import Surrogate, warm_up
+from agents.bo.space import AllocationSpace, Candidates
+from env.config import ConfigError
+from env.controller import BaseController
+from env.types import (
+    Allocation,
+    AllocationError,
+    AppSample,
+    Decision,
+    Observation,
+    Resource,
+    validate_allocation,
+)
+
+_EPS_S = 1e-6
+_EPS_X = 1e-9  # encodings are equal or ordered up to rounding
+RECHECK = "recheck:held"  # the label of a held allocation's failing window, recorded as a sample
+
+
+class Phase(enum.Enum):
+    SEARCH = "search"
+    HOLD = "hold"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured allocation. `headroom` is per LC app (in `Capabilities.lc_apps` order): the
+    smaller of its worst interval's log(target / p99) and mean - qos_z x sd of the intervals' (all
+    clipped); `meets_qos` when all are >= the margin (module docstring). `label` says where it came from ("probe:fair", "bo:log_cei", "recheck:held", ...)."""
+
+    search: int  # which search (0, 1, ... : one per restart)
+    index: int  # 1-based within its search
+    label: str
+    allocation: Allocation
+    x: tuple[float, ...]
+    be_throughput: float
+    headroom: tuple[float, ...]
+    meets_qos: bool
+    end_s: float
+
+    @property
+    def worst_headroom(self) -> float:
+        return min(self.headroom, default=math.inf)
+
+
+@dataclass
+class _Window:
+    """Measurements of one allocation over consecutive intervals."""
+
+    be: list[float] = field(default_factory=list)
+    ratios: list[list[float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class _Trial:
+    """The sample being taken: its target, when it was requested, when it came into force and
+    what has been measured since it settled."""
+
+    target: Allocation
+    label: str
+    requested_s: float
+    in_force_s: float | None = None
+    window: _Window = field(default_factory=_Window)
+
+
+class BoController(BaseController):
+    """CLITE-style constrained Bayesian optimisation over allocations (module docstring)."""
+
+    name = "bo"
+
+    def __init__(self, config: BoConfig | str | Path | None = None) -> None:
+        super().__init__()
+        if config is None or isinstance(config, str | Path):
+            config = load_bo_config(config)
+        self.cfg: BoConfig = config
+        self._reset()
+
+    # ---- read-only views (diagnostics, tests, the goal measurement) -------------------------------
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def samples(self) -> tuple[Sample, ...]:
+        """Every sample taken since `reset`, all searches."""
+        return tuple(self._all)
+
+    @property
+    def search_samples(self) -> tuple[Sample, ...]:
+        """The samples of the current search (what the GP is trained on)."""
+        return tuple(self._cur)
+
+    @property
+    def searches(self) -> int:
+        """Searches started since `reset` (1 + restarts)."""
+        return self._search + 1
+
+    @property
+    def best(self) -> Sample | None:
+        """The best QoS-meeting sample of the current search, else the one closest to meeting QoS."""
+        return self._best()
+
+    @property
+    def first_qos_sample(self) -> int | None:
+        """The 1-based index, within the current search, of its first sample that met QoS (None
+        while none has): the issue's goal measure, samples until a QoS-meeting allocation."""
+        return self._first_qos.get(self._search)
+
+    @property
+    def first_qos_samples(self) -> dict[int, int]:
+        """`first_qos_sample` of every search that found one, by search number."""
+        return dict(self._first_qos)
+
+    @property
+    def held(self) -> Sample | None:
+        """The sample whose allocation is held (HOLD phase), else None."""
+        return self._held if self._phase is Phase.HOLD else None
+
+    # ---- episode state -------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self._base_space: AllocationSpace | None = None
+        if self.caps is not None:
+            try:
+                self._base_space = AllocationSpace(self.caps, [Resource(r) for r in self.cfg.resources])
+            except ValueError as e:
+                raise ConfigError(
+                    f"bo: cannot lay out a search space on {self.caps.node_name!r}: {e}"
+                ) from None
+        self._space: AllocationSpace | None = self._base_space
+        self._model = Surrogate(self.cfg.fit_attempts, self.cfg.fit_maxiter, self.cfg.fit_ftol)
+        self._first_qos: dict[int, int] = {}
+        self._resident_gb: dict[str, float] = {}
+        self._phase = Phase.SEARCH
+        self._search = 0
+        self._all: list[Sample] = []
+        self._cur: list[Sample] = []
+        self._queue: list[tuple[str, str | Candidates]] = []
+        self._trial: _Trial | None = None
+        self._held: Sample | None = None
+        self._hold_log: list[Observation] = []
+        self._last_t: float | None = None
+        self._load_ewma: dict[str, float] = {}
+        self._load_ref: dict[str, float] | None = None
+        self._shift_count = 0
+        self._stop_early = False
+        self._budget_from = 0  # the samples before this one do not count against the budget
+        if self._space is not None:
+            self._queue = self._initial_queue(previous=None)
+            if self._space.searchable:
+                warm_up()  # the GP code's lazy imports, here rather than in a decide() call
+
+    # ---- one tick --------------------------------------------------------------------------------
+    def _decide(self, obs: Observation) -> Decision:
+        space = self._space
+        assert space is not None
+        t = obs.time_s
+        if self._last_t is not None and t <= self._last_t + _EPS_S:
+            return Decision.hold("bo: interval already seen")
+        self._last_t = t
+        self._track_resident(obs)
+        if not space.searchable:
+            return self._apply(obs, space.template, "bo: nothing to search (no LC app or no knob): fair")
+        if self._load_shifted(obs):
+            self._restart()
+            return self._next_trial(obs, "bo: load shift, new search")
+        if self._phase is Phase.HOLD:
+            return self._hold(obs)
+        return self._advance_trial(obs)
+
+    # ---- SEARCH ----------------------------------------------------------------------------------
+    def _advance_trial(self, obs: Observation) -> Decision:
+        trial = self._trial
+        if trial is None:
+            return self._next_trial(obs, "bo: start")
+        t, dt = obs.time_s, obs.interval_s
+        if obs.allocation != trial.target:
+            if trial.in_force_s is not None:  # changed under us (a guard, an operator): start over
+                trial.in_force_s, trial.window, trial.requested_s = None, _Window(), t
+            if t - trial.requested_s < self.cfg.apply_timeout_s - _EPS_S:
+                self._refine_model()
+                return Decision(trial.target, reason=f"bo: applying {trial.label}")
+            trial.target = obs.allocation  # measure what the guards let through
+            trial.label += " (as applied)"
+        if trial.in_force_s is None:
+            trial.in_force_s = t - dt  # this interval already ran under the target
+        start = t - dt
+        if start >= trial.in_force_s + self.cfg.settle_s - _EPS_S:
+            draining = not trial.window.be and _draining(obs, self.cfg.drain_tolerance_frac)
+            if not draining or start >= trial.in_force_s + self.cfg.max_settle_s - _EPS_S:
+                self._measure(trial.window, obs)
+        if trial.window.seconds < self.cfg.measure_s - _EPS_S:
+            self._refine_model()
+            what = "measuring" if trial.window.be else "settling"
+            return Decision.hold(f"bo: {what} {trial.label} (sample {len(self._cur) + 1})")
+        sample = self._record(trial.window, trial.target, trial.label, t)
+        self._trial = None
+        verdict = "meets QoS" if sample.meets_qos else "misses QoS"
+        if sample.meets_qos and self._first_qos.get(self._search) == sample.index:
+            verdict += " (the search's first)"
+        note = f"bo: sample {sample.index} {sample.label}: BE {sample.be_throughput:.3f}, {verdict}"
+        if self._search_done():
+            return self._enter_hold(obs, f"{note}; search done after {len(self._cur)} samples")
+        return self._next_trial(obs, note)
+
+    def _measure(self, window: _Window, obs: Observation) -> None:
+        """Add one interval to `window` (skipped when an app has no usable latency)."""
+        space = self._space
+        assert space is not None
+        clip = self.cfg.log_ratio_clip
+        ratios = []
+        for name in space.lc:
+            s = _sample_of(obs, name)
+            if s is None or not (s.p99_us > 0 and math.isfinite(s.p99_us)) or not s.target_us > 0:
+                return
+            ratios.append(float(np.clip(math.log(s.target_us / s.p99_us), -clip, clip)))
+        window.be.append(obs.be_throughput)
+        window.ratios.append(ratios)
+        window.seconds += obs.interval_s
+
+    def _record(self, window: _Window, alloc: Allocation, label: str, t: float) -> Sample:
+        space = self._space
+        assert space is not None
+        r = np.array(window.ratios)
+        sd = r.std(axis=0, ddof=1) if len(r) > 1 else np.zeros(r.shape[1])
+        head = tuple(float(v) for v in np.minimum(r.min(axis=0), r.mean(axis=0) - self.cfg.qos_z * sd))
+        sample = Sample(
+            search=self._search,
+            index=len(self._cur) + 1,
+            label=label,
+            allocation=alloc,
+            x=tuple(float(v) for v in space.encode_allocation(alloc)),
+            be_throughput=float(np.mean(window.be)),
+            headroom=head,
+            meets_qos=all(v >= self.cfg.qos_margin_log for v in head),
+            end_s=t,
+        )
+        self._cur.append(sample)
+        self._all.append(sample)
+        if sample.meets_qos:
+            self._first_qos.setdefault(self._search, sample.index)
+        return sample
+
+    def _search_done(self) -> bool:
+        n = len(self._cur) - self._budget_from
+        if self._qos_ok():
+            return n >= self.cfg.max_samples or (self._stop_early and not self._queue)
+        return n >= self.cfg.max_samples_without_qos
+
+    def _next_trial(self, obs: Observation, note: str) -> Decision:
+        """Choose the next candidate (queued probes first, then the acquisition) and request it."""
+        label, alloc = self._choose()
+        self._trial = _Trial(target=alloc, label=label, requested_s=obs.time_s)
+        if obs.allocation == alloc:  # already in force: the interval just observed ran under it
+            self._trial.in_force_s = obs.time_s - obs.interval_s
+        reason = f"{note}; next {label} (sample {len(self._cur) + 1})"
+        return self._apply(obs, alloc, reason)
+
+    def _choose(self) -> tuple[str, Allocation]:
+        self._space = space = self._floored_space()
+        seen = {s.x for s in self._cur}
+        while self._queue:
+            label, what = self._queue.pop(0)
+            if isinstance(what, str):
+                name, _, k = what.partition(":")
+                what = space.probe(name)
+                what = what.take([int(k)]) if k else what
+            alloc = space.decode(what)
+            if tuple(float(v) for v in space.encode_allocation(alloc)) not in seen:
+                return label, alloc
+        cands = self._candidates()
+        if len(cands) == 0:  # every point of a tiny space was sampled: re-measure the best
+            best = self._best()
+            assert best is not None
+            return "repeat:best", best.allocation
+        if len(self._cur) < 2:
+            return "random", space.decode(cands, int(self.rng.integers(len(cands))))
+        train_x, train_y = self._training_data()
+        ok = self._qos_ok()
+        feasible = np.array([s.x in ok for s in self._cur])
+        seed = int(self.rng.integers(2**31 - 1))
+        prop = self._model.propose(
+            train_x,
+            train_y,
+            feasible,
+            space.encode(cands),
+            self.cfg.qos_margin_log,
+            seed,
+            self._model_inputs(space),
+        )
+        if not prop.fit_ok:
+            return "random (GP fit failed)", space.decode(cands, int(self.rng.integers(len(cands))))
+        if prop.kind == "log_cei" and self.cfg.stop_ei_rel > 0:
+            best_f = float(train_y[feasible, 0].max())
+            self._stop_early = math.exp(prop.log_value) < self.cfg.stop_ei_rel * max(abs(best_f), 1e-9)
+        return f"bo:{prop.kind}", space.decode(cands, prop.index)
+
+    def _training_data(self) -> tuple[np.ndarray, np.ndarray]:
+        """The GP's inputs and outputs: every sample of the current search (`agents.bo.model`)."""
+        train_x = np.array([s.x for s in self._cur])
+        train_y = np.array([[self._objective(s), *s.headroom] for s in self._cur])
+        return train_x, train_y
+
+    def _refine_model(self) -> None:
+        """On a tick that only applies, settles or measures: one chunk of GP fitting on the
+        current search's samples, unless the chunks since its last sample converged or reached
+        `fit_ticks` (`agents.bo.model`, "Cost"). The tick that ends a sample then only conditions
+        the GP on it and maximises the acquisition."""
+        m, n = self._model, len(self._cur)
+        if n < 2 or (m.fitted_on == n and (m.converged or m.chunks >= self.cfg.fit_ticks)):
+            return
+        space = self._space
+        assert space is not None
+        train_x, train_y = self._training_data()
+        m.fit(train_x, train_y, int(self.rng.integers(2**31 - 1)), self._model_inputs(space))
+
+    def _candidates(self) -> Candidates:
+        """Random points plus the neighbours of the best samples, minus what was sampled."""
+        space = self._space
+        assert space is not None
+        n_bundled = round(self.cfg.bundled_fraction * self.cfg.random_candidates)
+        parts = [
+            space.random(self.cfg.random_candidates - n_bundled, self.rng, self.cfg.dirichlet_alpha),
+            space.random(n_bundled, self.rng, self.cfg.dirichlet_alpha, self.cfg.bundle_concentration),
+        ]
+        ok = self._qos_ok()
+        ranked = sorted(self._cur, key=lambda s: self._rank_key(s, ok), reverse=True)
+        centres: list[tuple[float, ...]] = []
+        for s in ranked:
+            if len(centres) >= self.cfg.neighbour_centres:
+                break
+            if s.x not in centres:
+                centres.append(s.x)
+                parts.append(space.neighbours(space.point_of(s.allocation), self.cfg.neighbour_fractions))
+        cands = Candidates.concat(parts).unique()
+        cands = cands.take(np.nonzero(space.admissible(cands))[0])
+        if not self._cur:
+            return cands
+        X = space.encode(cands)
+        seen = np.array([s.x for s in self._cur])
+        dist = np.abs(X[:, None, :] - seen[None, :, :]).max(axis=-1).min(axis=1)
+        return cands.take(np.nonzero(dist > 1e-9)[0])
+
+    def _model_inputs(self, space: AllocationSpace) -> list[list[int]] | None:
+        """Input columns of the objective and of each LC app's constraint (`model_inputs`)."""
+        if self.cfg.model_inputs == "all":
+            return None
+        every = list(range(space.dim))
+        objective = space.party_columns(len(space.lc)) if space.has_be else every
+        return [objective, *(space.party_columns(p) for p in range(len(space.lc)))]
+
+    def _objective(self, s: Sample) -> float:
+        """BE throughput; without BE jobs, the worst app's headroom."""
+        return s.be_throughput if self._has_be else s.worst_headroom
+
+    @property
+    def _has_be(self) -> bool:
+        return self._base_space is not None and self._base_space.has_be
+
+    def _qos_ok(self) -> set[tuple[float, ...]]:
+        """Encodings of the allocations that met QoS in every measurement of this search, less
+        those that give some app no more of anything than a held allocation under which that app
+        failed its recheck (module docstring, choice 8)."""
+        space = self._space
+        assert space is not None
+        bad = {s.x for s in self._cur if not s.meets_qos}
+        failed = [
+            (s.x, space.party_columns(p))
+            for s in self._cur
+            if s.label == RECHECK
+            for p, h in enumerate(s.headroom)
+            if h < self.cfg.qos_margin_log
+        ]
+        return {
+            s.x
+            for s in self._cur
+            if s.meets_qos
+            and s.x not in bad
+            and not any(all(s.x[c] <= fx[c] + _EPS_X for c in cols) for fx, cols in failed)
+        }
+
+    def _rank_key(self, s: Sample, ok: set[tuple[float, ...]]) -> tuple[bool, float, float, int]:
+        good = s.x in ok
+        return (good, self._objective(s) if good else 0.0, s.worst_headroom, -s.index)
+
+    def _best(self) -> Sample | None:
+        """The QoS-meeting allocation with the highest objective, else the sample closest to QoS
+        (largest worst headroom); ties go to the earlier sample."""
+        if not self._cur:
+            return None
+        ok = self._qos_ok()
+        return max(self._cur, key=lambda s: self._rank_key(s, ok))
+
+    def _initial_queue(self, previous: Sample | None) -> list[tuple[str, str | Candidates]]:
+        """The probes of a new search, by name: their points are built when they are due, with
+        the memory floors known by then."""
+        space = self._space
+        assert space is not None
+        queue: list[tuple[str, str | Candidates]] = []
+        if previous is not None and self.cfg.reprobe_incumbent:
+            queue.append(("probe:previous-best", space.point_of(previous.allocation)))
+        for name in self.cfg.probes:
+            if name == "lc_max_each":
+                queue += [(f"probe:{name}:{app}", f"{name}:{i}") for i, app in enumerate(space.lc)]
+            else:
+                queue.append((f"probe:{name}", name))
+        return queue
+
+    def _track_resident(self, obs: Observation) -> None:
+        """The largest resident memory seen per app and BE job (the memory floors' basis)."""
+        seen = [(s.name, s.usage.memory_gb) for s in obs.apps] + [(b.name, b.usage.memory_gb) for b in obs.be]
+        for name, gb in seen:
+            if math.isfinite(gb):
+                self._resident_gb[name] = max(gb, self._resident_gb.get(name, 0.0))
+
+    def _floored_space(self) -> AllocationSpace:
+        """The search space with every party's memory floor at its largest resident memory seen
+        x (1 + `memory_headroom_frac`) (module docstring, choice 7)."""
+        base = self._base_space
+        assert base is not None and self.caps is not None
+        if Resource.MEM not in base.pooled:
+            return base
+        step = self.caps.memory_step_gb
+        groups = [[n] for n in base.lc] + ([list(base.be)] if base.has_be else [])
+        grow = 1 + self.cfg.memory_headroom_frac
+        floors = [
+            math.ceil(max(self._resident_gb.get(n, 0.0) for n in g) * grow / step - 1e-9) for g in groups
+        ]
+        return base.with_floors({Resource.MEM: np.array(floors, dtype=int)})
+
+    # ---- HOLD ------------------------------------------------------------------------------------
+    def _enter_hold(self, obs: Observation, note: str) -> Decision:
+        best = self._best()
+        assert best is not None
+        self._phase, self._held, self._hold_log = Phase.HOLD, best, []
+        kind = "best QoS-meeting" if best.x in self._qos_ok() else "closest to QoS (none met it)"
+        return self._apply(obs, best.allocation, f"{note}; holding {kind} sample {best.index}")
+
+    def _hold(self, obs: Observation) -> Decision:
+        held = self._held
+        assert held is not None
+        first = self.first_qos_sample
+        met = f"QoS first met at sample {first}" if first is not None else "QoS not met yet"
+        reason = f"bo: holding sample {held.index} (BE {held.be_throughput:.3f}; {met})"
+        if obs.allocation != held.allocation or held.x not in self._qos_ok():
+            return self._apply(obs, held.allocation, reason)
+        # the last recheck_window_s of intervals under the held allocation (choice 5)
+        since = obs.time_s - self.cfg.recheck_window_s + _EPS_S
+        self._hold_log = [o for o in self._hold_log if o.time_s > since] + [obs]
+        missed_s = sum(o.interval_s for o in self._hold_log if not o.all_qos_met)
+        if missed_s <= (1 - self.cfg.recheck_meet_frac) * self.cfg.recheck_window_s + _EPS_S:
+            return Decision.hold(
+                f"{reason}; {missed_s:g} s of the last {self.cfg.recheck_window_s:g} s missed QoS"
+            )
+        window = _Window()
+        for o in self._hold_log:
+            self._measure(window, o)
+        self._hold_log = []
+        if not window.be:  # no usable latency in the window (not expected: valid observations)
+            return Decision.hold(reason)
+        # QoS lost while holding: the held allocation fails from now on (choice 5)
+        self._record(window, held.allocation, RECHECK, obs.time_s)
+        if self._qos_ok():
+            return self._enter_hold(obs, f"bo: QoS lost while holding sample {held.index}, falling back")
+        # none left: the search resumes with what it has learnt (the failing window included),
+        # with a fresh budget; the load has not changed, so the model still holds
+        self._phase, self._budget_from, self._stop_early = Phase.SEARCH, len(self._cur), False
+        return self._next_trial(
+            obs, f"bo: QoS lost while holding sample {held.index}, none left, searching on"
+        )
+
+    def _apply(self, obs: Observation, alloc: Allocation, reason: str) -> Decision:
+        if obs.allocation == alloc:
+            return Decision.hold(reason)
+        try:
+            validate_allocation(alloc, self.caps)  # type: ignore[arg-type]
+        except AllocationError as e:  # never expected: every target is built valid
+            return Decision.hold(f"bo: not applying an invalid allocation ({e})")
+        return Decision(alloc, reason=reason)
+
+    # ---- restarts ------------------------------------------------------------------------------
+    def _load_shifted(self, obs: Observation) -> bool:
+        """Update each app's smoothed load; true once it has been off the search's reference for
+        `load_shift_intervals` consecutive intervals (module docstring, choice 5)."""
+        a = self.cfg.load_ewma_alpha
+        for s in obs.apps:
+            if math.isfinite(s.load_frac):
+                prev = self._load_ewma.get(s.name)
+                self._load_ewma[s.name] = s.load_frac if prev is None else (1 - a) * prev + a * s.load_frac
+        if self._load_ref is None:
+            self._load_ref = dict(self._load_ewma)
+            return False
+        ref = self._load_ref
+        off = any(
+            abs(v - ref.get(n, v)) > self.cfg.load_shift_abs + self.cfg.load_shift_rel * abs(ref.get(n, v))
+            for n, v in self._load_ewma.items()
+        )
+        self._shift_count = self._shift_count + 1 if off else 0
+        return self._shift_count >= self.cfg.load_shift_intervals
+
+    def _restart(self) -> None:
+        """A new search: the model is discarded; the previous best QoS-meeting allocation, if any,
+        is sampled first."""
+        previous = self._best()
+        if previous is not None and previous.x not in self._qos_ok():
+            previous = None
+        self._search += 1
+        self._cur, self._trial, self._held, self._budget_from = [], None, None, 0
+        self._model.clear()
+        self._phase, self._stop_early, self._hold_log = Phase.SEARCH, False, []
+        self._load_ref, self._shift_count = dict(self._load_ewma), 0
+        self._queue = self._initial_queue(previous)
+
+
+def _draining(obs: Observation, tolerance_frac: float) -> bool:
+    """Some LC app is still working off a backlog: serving more than it is offered. (An overloaded
+    app serves less than it is offered and drops requests; waiting would not change that, so it
+    does not extend the settling.)"""
+    return any(
+        math.isfinite(s.served_rps)
+        and math.isfinite(s.load_rps)
+        and s.served_rps > s.load_rps * (1 + tolerance_frac)
+        for s in obs.apps
+    )
+
+
+def _sample_of(obs: Observation, name: str) -> AppSample | None:
+    for s in obs.apps:
+        if s.name == name:
+            return s
+    return None
+
+
+def make(context: object, arg: str | None = None) -> BoController:
+    """Registry factory (`baselines.registry`): spec `bo` (configs/agents/bo.yaml) or `bo:PATH`
+    (another YAML file of `BoConfig` keys). Uses nothing but the node's capabilities, which reset()
+    receives, so it runs on a simulated and on a real node alike."""
+    return BoController(arg or None)
