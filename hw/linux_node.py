@@ -326,7 +326,9 @@ class LinuxNode:
                     plan[a.core_group] = self._group_cores.get(a.core_group, cores)
             self._group_cores = dict(plan)
             return
-        # quota mode: a group's quota is split evenly among its apps
+        # quota mode: a group's quota is split evenly among its apps, so that together they never
+        # exceed it; a group holding every managed core is not split: each member may use the whole
+        # node and the OS time-shares it, which is what `unmanaged` means (PARTIES Sec. 5.2.3)
         members = Counter(a.core_group for a in alloc)
         for a in alloc:
             prev = old[a.name] if old is not None else None
@@ -337,13 +339,14 @@ class LinuxNode:
             ):
                 continue
             t = self._targets[a.name]
+            sharers = 1 if a.cores >= self._caps.cores - 1e-9 else members[a.core_group]
             try:
                 if a.cores <= 0:
                     got_cores = 0.0 if self._set_paused(t, True) else a.cores
                 else:
-                    q = self._set_quota(t, a.cores / members[a.core_group])
+                    q = self._set_quota(t, a.cores / sharers)
                     self._set_paused(t, False)
-                    got_cores = round((q or self._caps.cores) * members[a.core_group] / step) * step
+                    got_cores = round((q or self._caps.cores) * sharers / step) * step
                 out[a.name] = replace(out[a.name], cores=float(got_cores))
             except RUNTIME_ERRORS as e:
                 self._fail("core", a.name, e)

@@ -49,6 +49,7 @@ from env.sim.experiments import (
     sampled_window_meet,
     with_antagonist,
 )
+from env.sim.traces import MAX_LOAD_MULTIPLE
 
 APPS = ("memcached", "xapian", "nginx", "moses", "mongodb", "sphinx")
 GOALS = {
@@ -110,7 +111,7 @@ def _table4_cell(app: str, row: str, seed: int) -> float:
 
 def _coco_cell(app: str, idx: int, seed: int) -> float:
     setup = F.coco_setups(app)[idx]
-    return _bisect_load(setup, seed, 0.05, 1000.0, 14)
+    return _bisect_load(setup, seed, 0.05, MAX_LOAD_MULTIPLE, 14)
 
 
 def _map(fn: Callable, args: list[tuple], workers: int) -> list:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from env.allocations import fair_allocation
+from env.allocations import fair_allocation, unmanaged_allocation
 from env.node import Node
 from env.types import Allocation, AllocationError, Move, Resource
 from hw.config import AppTarget, CacheConfig, CoresConfig, DiskConfig, LinuxNodeConfig, MemoryConfig
@@ -271,6 +271,30 @@ def _real_cgroups() -> bool:
 
 @pytest.mark.linux
 @pytest.mark.skipif(not _real_cgroups(), reason="needs root and cgroup v1 cpu/memory here")
+def test_quota_mode_unmanaged_gives_every_member_the_whole_node(v2_host, tmp_path, clock, feed):
+    """A core group holding every managed core is not split (no isolation, env/types.py); a group
+    that holds part of the node still is, so its members never exceed its share."""
+    cfg = config(
+        v2_host,
+        tmp_path,
+        knobs=("core", "mem", "disk"),
+        cores=CoresConfig(mode="quota", quota_step_cores=0.25),
+    )
+    n = LinuxNode(cfg, feed=feed, clock=clock, monotonic=clock, fs=v2_host.fs)
+    try:
+        n.apply(unmanaged_allocation(n.capabilities()))
+        for app in ("mc", "be"):
+            assert (v2_host.cgroup_root / app / "cpu.max").read_text() == "400000 100000"
+        got = n.apply(
+            fair_allocation(n.capabilities()).replace_app("mc", cores=1.5).replace_app("be", cores=2.5)
+        )
+        assert (
+            got["mc"].cores == 1.5 and (v2_host.cgroup_root / "mc" / "cpu.max").read_text() == "150000 100000"
+        )
+    finally:
+        n.close()
+
+
 def test_real_node_quota_mode_with_created_cgroups(tmp_path, clock, feed):
     procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
     parent = f"coloc_test_{uuid.uuid4().hex[:8]}"

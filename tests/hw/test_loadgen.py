@@ -529,8 +529,8 @@ def test_cli_help(capsys):
             "no such file",
         ),
         (
-            ["--target", "memcached://127.0.0.1:1", "--rate", "5", "--trace", "{kind: constant, load: 9}"],
-            "load 9",
+            ["--target", "memcached://127.0.0.1:1", "--rate", "5", "--trace", "{kind: constant, load: -0.5}"],
+            "load -0.5",
         ),
         (["--target", "memcached://127.0.0.1:1", "--rate", "5", "--publish", "tcp://x:1"], "feed URL"),
     ],

@@ -1,0 +1,428 @@
+"""Real-node experiments of issue 6, on this machine's cgroups, through `env.loop` (not serve.py).
+
+* PARTIES vs unmanaged: memcached and nginx from Debian, each in a cgroup a `LinuxNode` creates and
+  each driven by the open-loop load generator; after a calm phase a stress-ng BE job
+  (`--cpu 2`) starts in the BE cgroup. Asserted on the medians over the intervals after the BE job
+  starts: under PARTIES every LC app is back under its QoS target; under `unmanaged` (no
+  isolation: every app may use the whole node) they are not all met.
+* `ColocLinux-v0` (`gym.make`) steps on the real node: real cgroups, memcached and its load
+  generator; the quota a move asks for is what the cgroup holds.
+
+Calibration, so that the test carries to other machines, on the node as the runs use it (each app
+in its own cgroup, `unmanaged`, the BE cgroup empty): memcached serves a light load (2000 rps);
+nginx does CPU work for each request (a page of server-side-include directives; the body it sends
+is tiny) and its rate is set from its CPU time per request measured here, so that it needs
+`NGINX_DEMAND_CORES` cores: about half of a 2-core node, more than its fair share once a BE job
+competes. (A lightly loaded LC app in its own cgroup is shielded by the kernel's group scheduling
+even without any limit, so the CPU-bound app is the one a BE job can really hurt here.) Each app's
+QoS target is `TARGET_X` times its median p99 alone (at least `TARGET_MIN_US`). A machine too busy
+for nginx to keep up alone fails the calibration, saying so.
+
+The load generators run under SCHED_FIFO where possible (`hw.sweep.rt_prefix`): on a 2-core machine
+a generator waiting behind the BE job for a CPU would count its own delay as the apps' latency.
+Nothing asserts a latency figure; run with `-s` to see the measured p99s and QoS guarantees.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from baselines.registry import ControllerContext, make_controller
+from env.allocations import unmanaged_allocation
+from env.guards import clamp_only
+from env.loop import ControlLoop, TickRecord
+from env.types import Move
+from hw.config import AppTarget, CoresConfig, FeedConfig, LinuxNodeConfig, MemoryConfig
+from hw.linux_node import LinuxNode
+from hw.sweep import LoadgenProcess, free_port, rt_prefix, start_memcached, stop_process, wait_port
+
+CG = Path("/sys/fs/cgroup")
+INTERVAL_S = 0.5
+CALIBRATE_S = 8.0
+CALM_TICKS = 16  # the LC apps alone under the controller (8 s)
+BE_TICKS = 50  # then with the BE job (25 s)
+TARGET_X = 3.0  # QoS target = TARGET_X x the median p99 alone ...
+TARGET_MIN_US = 1000.0  # ... and at least this
+MEMCACHED_RPS = 2000.0
+NGINX_DEMAND_CORES = 1.1  # its rate needs this much CPU: above its fair share beside a BE job, well below 2
+NGINX_SSI_DIRECTIVES = 2000  # CPU work per nginx request (about 1 ms on the project's VM)
+NGINX_PROBE_RPS = 200.0
+SATURATED_US = 100_000.0  # a median interval p99 above this alone: the app cannot keep up
+
+
+def _real_cgroups() -> bool:
+    return os.geteuid() == 0 and all((CG / h).is_dir() for h in ("cpu", "memory", "freezer"))
+
+
+def _missing(*tools: str) -> list[str]:
+    return [t for t in tools if not shutil.which(t)]
+
+
+pytestmark = [
+    pytest.mark.linux,
+    pytest.mark.slow,
+    pytest.mark.skipif(not _real_cgroups(), reason="needs root and cgroup v1 cpu/memory/freezer here"),
+]
+
+
+# ---- the LC services and the BE job ----------------------------------------------------------------
+def child_pids(pid: int) -> list[int]:
+    r = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in r.stdout.split()]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of processes (from /proc/PID/stat)."""
+    ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def start_nginx(tmp: Path, port: int) -> tuple[subprocess.Popen, list[int]]:
+    """Debian's nginx on 127.0.0.1:`port`, 2 workers, serving one page of server-side-include
+    `set` directives (CPU work per request, a 15-byte body): (master, [master, workers])."""
+    d = tmp / "nginx"
+    (d / "www").mkdir(parents=True)
+    ssi = "".join(f'<!--# set var="v{i % 50}" value="$uri {i}" -->' for i in range(NGINX_SSI_DIRECTIVES))
+    (d / "www" / "index.html").write_text(f"<html>{ssi}ok</html>")
+    temp = "".join(
+        f"  {k}_temp_path {d}/tmp_{k};\n" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    (d / "nginx.conf").write_text(
+        # workers as root: pytest's temporary directories are private to root
+        f"user root;\nworker_processes 2;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n"
+        "events { worker_connections 256; }\n"
+        f"http {{\n  access_log off;\n{temp}"
+        f"  server {{ listen 127.0.0.1:{port}; root {d}/www; ssi on; keepalive_requests 100000000; }}\n}}\n"
+    )
+    proc = subprocess.Popen(
+        ["nginx", "-c", str(d / "nginx.conf"), "-p", str(d), "-g", "daemon off;"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_port(port, proc)
+        end = time.monotonic() + 10
+        while len(child_pids(proc.pid)) < 2 and time.monotonic() < end:
+            time.sleep(0.05)
+        return proc, [proc.pid, *child_pids(proc.pid)]
+    except BaseException:
+        stop_process(proc)
+        raise
+
+
+def start_be_in(node: LinuxNode, app: str = "be") -> subprocess.Popen:
+    """stress-ng --cpu 2 started inside `app`'s cgroups: a shell joins them (the freezer last: a
+    frozen BE cgroup freezes it there until the controller gives the job a core), then execs it."""
+    dirs = node.target_ref(app).dirs
+    order = sorted(set(dirs.values()), key=lambda d: d == dirs.get("freezer"))
+    script = 'for f in "$@"; do echo $$ > "$f"; done; exec stress-ng --cpu 2 --timeout 600s'
+    return subprocess.Popen(
+        ["sh", "-c", script, "sh", *(str(d / "cgroup.procs") for d in order)],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def stop_be(node: LinuxNode, proc: subprocess.Popen, app: str = "be") -> None:
+    """Kill the BE job and wait until its cgroup is empty (a frozen task dies only once thawed, so
+    the node first gives it cores), so that `node.close()` can remove the cgroup."""
+    if node.current_allocation()[app].cores <= 0:
+        node.apply(unmanaged_allocation(node.capabilities()))
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    procs = node.target_ref(app).dir("cpu") / "cgroup.procs"
+    end = time.monotonic() + 10
+    while procs.read_text().split() and time.monotonic() < end:
+        time.sleep(0.05)
+
+
+@dataclass
+class Services:
+    pids: dict[str, list[int]]  # app -> its processes
+    loadgens: dict[str, LoadgenProcess]
+    rates: dict[str, float]
+    urls: dict[str, str]
+    feed: Path  # every generator publishes here: the node reads one feed
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory):
+    """memcached under its open-loop load generator, and nginx when installed (its generator starts
+    at calibration, once its rate is known)."""
+    if _missing("memcached", "stress-ng"):
+        need = " and ".join(_missing("memcached", "stress-ng"))
+        pytest.skip(f"needs {need} (apt install memcached stress-ng nginx)")
+    tmp = tmp_path_factory.mktemp("services")
+    feed = tmp / "feed.jsonl"
+    procs: list[subprocess.Popen] = []
+    svc = Services({}, {}, {}, {}, feed)
+    try:
+        port = free_port()
+        procs.append(start_memcached(port))
+        svc.pids["memcached"], svc.rates["memcached"] = [procs[-1].pid], MEMCACHED_RPS
+        svc.urls["memcached"] = f"memcached://127.0.0.1:{port}"
+        svc.loadgens["memcached"] = LoadgenProcess(svc.urls["memcached"], MEMCACHED_RPS, "memcached", feed)
+        if shutil.which("nginx"):
+            port = free_port()
+            ng, svc.pids["nginx"] = start_nginx(tmp, port)
+            procs.append(ng)
+            svc.urls["nginx"], svc.rates["nginx"] = f"http://127.0.0.1:{port}/index.html", NGINX_PROBE_RPS
+        svc.loadgens["memcached"].wait_ready()
+        yield svc
+    finally:
+        for lg in svc.loadgens.values():
+            lg.close()
+        for p in procs:
+            stop_process(p)
+
+
+def nginx_rate(services: Services) -> float:
+    """The rate at which nginx needs `NGINX_DEMAND_CORES`, from its CPU time per request at
+    `NGINX_PROBE_RPS`; lowered while nginx cannot keep up with it alone (a busy machine). Leaves
+    nginx's generator running at that rate."""
+    pids, feed = services.pids["nginx"], services.feed
+    with LoadgenProcess(
+        services.urls["nginx"], NGINX_PROBE_RPS, "probe", feed.with_name("probe.jsonl")
+    ) as probe:
+        probe.wait_ready()
+        c0, t0 = cpu_seconds(pids), time.monotonic()
+        time.sleep(4.0)
+        per_request_s = (cpu_seconds(pids) - c0) / (NGINX_PROBE_RPS * (time.monotonic() - t0))
+    rate = float(np.clip(round(NGINX_DEMAND_CORES / per_request_s), 50, 3000))
+    print(
+        f"\nnginx: {per_request_s * 1e6:.0f} us of CPU per request -> {rate:g} rps (~{NGINX_DEMAND_CORES:g} cores)"
+    )
+    for _ in range(4):
+        lg = services.loadgens["nginx"] = LoadgenProcess(services.urls["nginx"], rate, "nginx", feed)
+        lg.wait_ready()
+        p99 = statistics.median(lg.window(3.0, skip_s=1.0))
+        if p99 < SATURATED_US:
+            return rate
+        print(f"nginx cannot keep up alone at {rate:g} rps (p99 {p99:.0f} us; the machine is busy): lower")
+        services.loadgens.pop("nginx").close()
+        rate = round(rate * 0.7)
+    pytest.fail("nginx cannot keep up alone even at a low rate: the machine is too busy for this experiment")
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory, services):
+    """QoS targets from a calibration on the node as the runs use it (each app in its own cgroup,
+    unmanaged, the BE cgroup empty): `TARGET_X` x each app's median p99 alone. nginx's rate is set
+    here too."""
+    tmp = tmp_path_factory.mktemp("calibration")
+    cfg = node_config(tmp, services, dict.fromkeys(services.pids, 1e6), "calibration")
+    with LinuxNode(cfg, initial=unmanaged_allocation) as node:
+        node.reset()
+        if "nginx" in services.pids:
+            services.rates["nginx"] = nginx_rate(services)
+        time.sleep(1.0)
+        t0 = time.time()
+        time.sleep(CALIBRATE_S)
+        windows = {a: lg.p99s(t0 + 0.25, time.time() + 0.25) for a, lg in services.loadgens.items()}
+    out = {}
+    for app, p99s in windows.items():
+        assert len(p99s) >= CALIBRATE_S / INTERVAL_S - 3, f"{app}: {len(p99s)} intervals published"
+        if statistics.median(p99s) >= SATURATED_US:
+            pytest.fail(
+                f"{app} cannot keep up alone (p99 {statistics.median(p99s):.0f} us): the machine is too busy"
+            )
+        out[app] = max(TARGET_X * statistics.median(p99s), TARGET_MIN_US)
+    rt = "SCHED_FIFO" if rt_prefix() else "normal priority (not root or no chrt)"
+    print(
+        f"\ncalibration ({CALIBRATE_S:g} s alone on the node, unmanaged; load generators at {rt}; "
+        f"loadavg {os.getloadavg()[0]:.1f}): "
+        + ", ".join(
+            f"{a} {services.rates[a]:g} rps p99 median {statistics.median(w):.0f} us -> target {out[a]:.0f} us"
+            for a, w in windows.items()
+        )
+    )
+    return out
+
+
+def node_config(
+    tmp: Path, services: Services, targets: dict[str, float], tag: str, apps=None
+) -> LinuxNodeConfig:
+    lc = tuple(
+        AppTarget(
+            a,
+            "lc",
+            qos_target_us=targets[a],
+            max_load_rps=2 * services.rates[a],
+            pids=tuple(services.pids[a]),
+        )
+        for a in (apps or services.pids)
+    )
+    return LinuxNodeConfig(
+        name=f"real-{tag}",
+        apps=(*lc, AppTarget("be", "be", create=True)),
+        knobs=("core",),
+        cgroup_parent=f"coloc_real_{tag}_{os.getpid()}",
+        state_path=str(tmp / f"journal-{tag}.jsonl"),
+        cores=CoresConfig(mode="quota", quota_step_cores=0.25),
+        memory=MemoryConfig(total_gb=4.0, step_gb=0.25, min_gb=0.25),
+        feed=FeedConfig(url=f"file:{services.feed}", stale_intervals=2),
+    )
+
+
+@dataclass
+class RunResult:
+    controller: str
+    records: list[TickRecord]
+    be_start: int  # index of the first record with the BE job running
+    unmanaged_quota_us: dict[str, int]
+
+    def after(self) -> list[TickRecord]:
+        return [r for r in self.records[self.be_start :] if r.valid]
+
+    def median(self, app: str, after: bool = True) -> float:
+        rs = self.after() if after else [r for r in self.records[2 : self.be_start] if r.valid]
+        return statistics.median(r.app_tick(app).p99_us for r in rs) if rs else math.nan
+
+    def qos_guarantee(self, app: str | None = None) -> float:
+        """Fraction of the intervals after the BE start in which `app` (None: every app) met its target."""
+        met = [r.app_tick(app).meets_qos if app else r.all_qos_met for r in self.after()]
+        return sum(met) / len(met) if met else math.nan
+
+    def tardiness(self) -> float:
+        """Median over the intervals after the BE start of the worst app's p99 / target."""
+        return statistics.median(max(a.tardiness for a in r.apps) for r in self.after())
+
+    def be_throughput(self) -> float:
+        return float(np.mean([r.be_throughput for r in self.records[self.be_start :] if r.be]))
+
+    def be_cores(self) -> float:
+        return float(np.median([r.alloc_of("be").cores for r in self.records[self.be_start :]]))
+
+
+def run_controller(spec: str, tmp: Path, services: Services, targets: dict[str, float]) -> RunResult:
+    cfg = node_config(tmp, services, targets, spec)
+    where = {p: Path(f"/proc/{p}/cgroup").read_text() for ps in services.pids.values() for p in ps}
+    node = LinuxNode(cfg)
+    be: subprocess.Popen | None = None
+    records: list[TickRecord] = []
+    quotas: dict[str, int] = {}
+    try:
+        caps = node.capabilities()
+        ctl = make_controller(spec, ControllerContext(caps))
+        ctl.reset(caps, np.random.default_rng(0))
+        chain = clamp_only()  # the evaluation chain: the controller alone decides
+        chain.reset(caps)
+        node.reset()
+        loop = ControlLoop(node, ctl, chain)
+
+        def on_tick(rec: TickRecord) -> None:
+            nonlocal be
+            records.append(rec)
+            if len(records) == CALM_TICKS:
+                be = start_be_in(node)
+            if spec == "unmanaged" and len(records) == CALM_TICKS + 2:
+                for a in caps.apps:
+                    quotas[a.name] = int(
+                        (node.target_ref(a.name).dir("cpu") / "cpu.cfs_quota_us").read_text()
+                    )
+
+        loop.run(CALM_TICKS + BE_TICKS, on_tick=on_tick)
+    finally:
+        try:
+            if be is not None:
+                stop_be(node, be)
+        finally:
+            node.close()
+    for h in ("cpu", "cpuacct", "memory", "freezer"):
+        assert not (CG / h / cfg.cgroup_parent).exists(), f"{h}/{cfg.cgroup_parent} left behind"
+    assert {p: Path(f"/proc/{p}/cgroup").read_text() for p in where} == where  # the services are back
+    # the first record after the start holds the interval in which the job began
+    return RunResult(spec, records, CALM_TICKS + 1, quotas)
+
+
+def test_parties_restores_qos_after_a_be_job_starts_and_unmanaged_does_not(tmp_path, services, targets):
+    if "nginx" not in services.pids:
+        pytest.skip("needs nginx (apt install nginx): the CPU-bound LC app a BE job really hurts here")
+    runs = {spec: run_controller(spec, tmp_path, services, targets) for spec in ("parties", "unmanaged")}
+    head = (
+        f"{'controller':<10} {'app':<10} {'target us':>9} {'calm p99':>9} {'BE p99':>9} {'QoS met':>8} "
+        f"{'BE cores':>8} {'BE thr':>6}"
+    )
+    lines = [
+        f"real run on {os.uname().nodename} ({os.cpu_count()} CPUs, loadavg {os.getloadavg()[0]:.1f}); "
+        f"stress-ng --cpu 2 starts after {CALM_TICKS * INTERVAL_S:g} s, {BE_TICKS * INTERVAL_S:g} s with it; "
+        "p99 = median of the 500 ms intervals",
+        head,
+    ]
+    for spec, run in runs.items():
+        for app in services.pids:
+            lines.append(
+                f"{spec:<10} {app:<10} {targets[app]:9.0f} {run.median(app, after=False):9.0f} {run.median(app):9.0f} "
+                f"{run.qos_guarantee(app):8.0%} {run.be_cores():8.2f} {run.be_throughput():6.2f}"
+            )
+        lines.append(
+            f"{spec:<10} {'(all)':<10} QoS guarantee {run.qos_guarantee():.0%}, "
+            f"median worst p99/target {run.tardiness():.2f}"
+        )
+    print("\n" + "\n".join(lines))
+    (tmp_path / "comparison.txt").write_text("\n".join(lines) + "\n")
+
+    parties, unmanaged = runs["parties"], runs["unmanaged"]
+    for run in runs.values():  # the feed and the node really worked
+        assert len(run.records) == CALM_TICKS + BE_TICKS
+        assert len(run.after()) >= 0.8 * (BE_TICKS - 1)
+    # unmanaged: no isolation, each app may use the whole node; the BE job really ran beside them
+    assert set(unmanaged.unmanaged_quota_us.values()) == {200_000}, unmanaged.unmanaged_quota_us
+    assert unmanaged.be_throughput() > 0.1
+    # the outcome, on the medians after the BE job started: PARTIES meets every target, unmanaged does not
+    for app in services.pids:
+        assert parties.median(app) <= targets[app], f"PARTIES left {app} at {parties.median(app):.0f} us"
+    assert unmanaged.tardiness() > 1.0, "the BE job did not hurt the LC apps without isolation"
+
+
+# ---- ColocLinux-v0 on the real node --------------------------------------------------------------------------
+def test_gym_env_steps_on_the_real_node(tmp_path, services):
+    import gymnasium as gym
+
+    from env.gym_env import register_envs
+
+    register_envs()
+    app = "memcached"
+    cfg = node_config(tmp_path, services, {app: 10_000.0}, "gym", apps=[app])  # no QoS asserted here
+    env = gym.make("ColocLinux-v0", config_path=cfg, max_apps=1, episode_intervals=6)
+    quota: dict[int, dict[str, int]] = {}
+    rewards, valid = [], []
+    try:
+        x, info = env.reset(seed=0)
+        inner = env.unwrapped
+        assert env.observation_space.contains(x)
+        down, up = (inner.codec.single_index(0, m) for m in (Move.DOWN_CORE, Move.UP_CORE))
+        assert info["action_mask"][down] and not info["action_mask"][up]  # memcached holds every core
+        for t, action in enumerate([down, down, up, 0, 0, 0]):
+            x, reward, terminated, truncated, info = env.step(action)
+            assert env.observation_space.contains(x) and np.isfinite(reward) and not terminated
+            rewards.append(reward)
+            valid.append(inner.observation.app(app).valid)
+            quota[t] = {
+                a: int((inner.node.target_ref(a).dir("cpu") / "cpu.cfs_quota_us").read_text())
+                for a in (app, "be")
+            }
+        assert truncated  # episode_intervals = 6
+    finally:
+        env.close()
+    print(f"\nColocLinux-v0 on the real node: rewards {[round(r, 2) for r in rewards]}, quotas {quota}")
+    # DOWN, DOWN, UP: memcached 1.75 -> 1.5 -> 1.75 cores and the BE job the rest, read from the cgroups
+    assert [quota[t][app] for t in range(3)] == [175_000, 150_000, 175_000]
+    assert [quota[t]["be"] for t in range(3)] == [25_000, 50_000, 25_000]
+    assert sum(valid) >= 5  # the real feed, fresh on (almost) every step
+    assert not (CG / "cpu" / cfg.cgroup_parent).exists()
