@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: setup  ## the main job on the embedded simulated node
-	$(PY) evaluate.py demo --out $(DEMO_OUT)
+	$(PY) train.py --config demo --out $(DEMO_OUT) --overwrite
 
 test: setup  ## the full test suite (what CI runs)
 	$(PY) -m pytest -q

@@ -32,7 +32,9 @@ def test_up_moves_take_from_be_first(obs_caps):
 
 def test_without_be_the_victim_is_the_lc_app_with_most_slack(obs_caps):
     obs, caps = obs_caps
-    alloc = obs.allocation.replace_app("be_parties", cores=0.0).replace_app("nginx", cores=6.0)  # nothing idle
+    alloc = obs.allocation.replace_app("be_parties", cores=0.0).replace_app(
+        "nginx", cores=6.0
+    )  # nothing idle
     assert alloc.idle_cores == 0
     obs = _with_slacks(obs, xapian=0.1, nginx=0.6)
     p = plan_move(obs, caps, "memcached", Move.UP_CORE, alloc)
@@ -56,7 +58,10 @@ def test_memory_victim_is_the_app_with_most_memory_slack(obs_caps):
 def test_down_moves_give_to_be_and_freq_has_no_counterpart(obs_caps):
     obs, caps = obs_caps
     p = plan_move(obs, caps, "nginx", Move.DOWN_CACHE)
-    assert p.counterpart == "be_parties" and p.allocation["be_parties"].llc_ways == obs.allocation["be_parties"].llc_ways + 1
+    assert (
+        p.counterpart == "be_parties"
+        and p.allocation["be_parties"].llc_ways == obs.allocation["be_parties"].llc_ways + 1
+    )
     f = plan_move(obs, caps, "nginx", Move.UP_FREQ)
     assert f.feasible and f.counterpart is None
 

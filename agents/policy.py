@@ -1,0 +1,466 @@
+"""Serving a trained RL policy without Ray: the network, its export file and `RlController`.
+
+The network (`ColocNet`) is plain torch; RLlib's RLModules (`agents.rllib.module`) wrap it for
+training, and `export_policy` saves its weights with the metadata needed to rebuild it. This module
+imports torch and `env` only, so `evaluate.py` and `serve.py` can run a policy on a machine without
+Ray (DESIGN §1, use 3).
+
+**The network: one policy for any mix of up to `max_apps` LC apps.** The observation is
+`env.features` (split with `ObservationEncoder.split` into one row per app slot and the node
+block). A shared per-app encoder embeds every slot; the embeddings of the slots that hold an app
+(`present = 1`; padded slots are masked out) are pooled (mean, max and the fraction of occupied
+slots) and combined with the node features into a node context; every slot then scores its moves
+from its own embedding and that context. Permuting the apps permutes their scores and leaves the
+context, the HOLD score and the value unchanged (permutation-equivariant), and a policy trained
+on 1..6-app mixes runs on any mix of up to `max_apps` apps.
+
+* `per_app` mode: 11 logits per slot (HOLD + the ten PARTIES moves), flattened slot by slot:
+  the `MultiDiscrete([11] * max_apps)` layout of `env.gym_env.ActionCodec`.
+* `single` mode: `1 + 10 * max_apps` logits: HOLD (scored from the context), then the ten moves of
+  slot 0, slot 1, ... (`ActionCodec.single_index`).
+* infeasible entries (the env's action mask, from `env.moves.move_mask`) are set to a huge
+  negative number for policy logits (`MASKED_LOGIT`: a float32 "-inf" that keeps the entropy and
+  log-probabilities finite, as RLlib's action-masking example does) and to `-inf` for Q-values
+  (what RLlib's DQN learner expects).
+* a value head on a separate trunk of the same shape (PPO's critic; absent for DQN).
+* `pressure_mask` (NetSpec): `<UP,MEM>` and `<UP,DISK>` of an app are only offered when that app
+  uses at least `PRESSURE_FRAC` of its memory limit / disk bandwidth limit (the `memory_used` and
+  `disk_used` features). Why: more memory or disk bandwidth cannot lower the latency of an app that
+  does not use what it has, but each such UP takes a unit from a victim; a stateless policy whose
+  app stays just above its target repeats the same useless `<UP,MEM>` every interval and drains
+  another app's memory into a shortfall (measured: PPO policies drained memcached's memory for
+  moses on PARTIES Fig. 9's mix until memcached's p99 was 80x its target). PARTIES itself moves on
+  to the next resource when an upsize does not help (Sec. 4.2.3); a stateless policy cannot see
+  that, so the network is kept from the moves that cannot help. The mask is part of the network,
+  so RLlib's sampling, the exported policy and `RlController` apply the same one.
+
+**The export file** (`policy.pt`, written atomically by `export_policy`) is a torch pickle of plain
+data only - `{"format", "version", "meta", "state_dict"}` - read with `torch.load(weights_only=True)`.
+`meta` holds the action mode, `max_apps`, the network width, the feature layout (name and bounds of
+every feature) and the feature scales; `load_policy` refuses a file whose layout differs from the
+code's or from what the caller expects, with a `ConfigError` that the CLIs turn into exit 2.
+
+**`RlController`** (spec `rl:PATH`; PATH = a `policy.pt` or a training run directory holding one)
+encodes each observation with `env.features`, masks infeasible moves with the env's `ActionCodec`
+(`env.moves.move_mask`), takes the highest-scoring action (deterministic) and turns it into an
+allocation with `ActionCodec.decode` (`env.moves.plan_move`) - the same code as the training env,
+so the policy acts in evaluation and serving exactly as it did in training.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from env.config import ConfigError
+from env.controller import BaseController
+from env.features import (
+    APP_FEATURES,
+    N_APP_FEATURES,
+    N_NODE_FEATURES,
+    NODE_FEATURES,
+    FeatureConfig,
+    ObservationEncoder,
+)
+from env.gym_env import N_APP_MOVES, ActionCodec, describe_move
+from env.types import N_MOVES, Decision, Move, Observation
+
+ActionMode = Literal["single", "per_app"]
+POLICY_FORMAT = "coloc-policy"
+POLICY_VERSION = 1
+POLICY_FILE = "policy.pt"
+MASKED_LOGIT = float(torch.finfo(torch.float32).min)  # "-inf" for logits: exp() = 0, no NaN
+PRESSURE_FRAC = 0.9  # `pressure_mask`: share of its limit an app must use to be offered more of it
+_APP_NAMES = [f.name for f in APP_FEATURES]
+PRESSURE_MOVES = (  # (move, the feature that must be >= PRESSURE_FRAC for it)
+    (Move.UP_MEM, _APP_NAMES.index("memory_used")),
+    (Move.UP_DISK, _APP_NAMES.index("disk_used")),
+)
+
+
+def feature_layout() -> list[list[Any]]:
+    """The observation layout this code produces: [scope, name, low, high] per feature of one app
+    block and of the node block. A policy is only valid for the layout it was trained on."""
+    return [["app", f.name, float(f.low), float(f.high)] for f in APP_FEATURES] + [
+        ["node", f.name, float(f.low), float(f.high)] for f in NODE_FEATURES
+    ]
+
+
+# ---- the network ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NetSpec:
+    """What shapes a `ColocNet`: action layout, slots and width (saved in the export metadata).
+
+    `hidden_units` is the width of every layer; `with_value` adds the critic trunk and value head
+    (PPO); DQN scores actions with the policy trunk only. `pressure_mask` withholds `<UP,MEM>` /
+    `<UP,DISK>` from apps that do not use most of what they have (module docstring; off in files
+    written before it existed)."""
+
+    action_mode: ActionMode
+    max_apps: int
+    hidden_units: int = 128
+    with_value: bool = True
+    pressure_mask: bool = False
+
+    def __post_init__(self) -> None:
+        if self.action_mode not in ("single", "per_app"):
+            raise ConfigError(f"action_mode {self.action_mode!r}; choose 'single' or 'per_app'")
+        if self.max_apps < 1 or self.hidden_units < 1:
+            raise ConfigError("max_apps and hidden_units must be >= 1")
+
+    @property
+    def n_actions(self) -> int:
+        """Length of the flat score vector (= the action mask's length)."""
+        return ActionCodec(self.max_apps, self.action_mode).mask_size
+
+
+def _mlp(n_in: int, n_hidden: int, n_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(n_in, n_hidden), nn.ReLU(), nn.Linear(n_hidden, n_out), nn.ReLU())
+
+
+def pressure_mask(x: torch.Tensor, max_apps: int, action_mode: str) -> torch.Tensor:
+    """1 for every action except `<UP,MEM>` / `<UP,DISK>` of an app using less than `PRESSURE_FRAC`
+    of its memory / disk limit (module docstring), from the feature vectors `x` `(..., n_features)`;
+    shape `(..., n_actions)` in the layout of `action_mode`."""
+    apps = x[..., : N_APP_FEATURES * max_apps].reshape(*x.shape[:-1], max_apps, N_APP_FEATURES)
+    per_app = action_mode == "per_app"
+    allowed = torch.ones(*x.shape[:-1], max_apps, N_MOVES if per_app else N_APP_MOVES, dtype=torch.bool)
+    for move, feature in PRESSURE_MOVES:
+        allowed[..., move.value if per_app else move.value - 1] = apps[..., feature] >= PRESSURE_FRAC
+    flat = allowed.flatten(start_dim=-2)
+    if per_app:
+        return flat
+    return torch.cat([torch.ones(*x.shape[:-1], 1, dtype=torch.bool), flat], dim=-1)  # HOLD first
+
+
+class SetTrunk(nn.Module):
+    """Shared per-app encoder + masked pooling + node context (the module docstring).
+
+    `forward(x)` takes the flat feature vector `(B, 19 * max_apps + 14)` and returns the per-slot
+    embeddings joined with the context `(B, max_apps, 2h)` and the context alone `(B, h)`."""
+
+    def __init__(self, max_apps: int, hidden: int) -> None:
+        super().__init__()
+        self.max_apps = max_apps
+        self.app_encoder = _mlp(N_APP_FEATURES, hidden, hidden)
+        self.context = _mlp(2 * hidden + 1 + N_NODE_FEATURES, hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cut = N_APP_FEATURES * self.max_apps
+        apps = x[..., :cut].reshape(*x.shape[:-1], self.max_apps, N_APP_FEATURES)
+        node = x[..., cut:]
+        present = (apps[..., 0] > 0.5).unsqueeze(-1)  # (B, M, 1): the `present` feature
+        h = self.app_encoder(apps) * present  # padded slots contribute nothing
+        count = present.sum(dim=-2)  # (B, 1)
+        mean = h.sum(dim=-2) / count.clamp(min=1)
+        peak = h.masked_fill(~present, -1.0).amax(dim=-2).clamp(min=0.0)  # ReLU outputs are >= 0
+        ctx = self.context(torch.cat([mean, peak, count / self.max_apps, node], dim=-1))
+        joined = torch.cat([h, ctx.unsqueeze(-2).expand(*h.shape[:-1], ctx.shape[-1])], dim=-1)
+        return joined, ctx
+
+
+class ColocNet(nn.Module):
+    """The policy network (module docstring): `scores(x)` are unmasked logits or Q-values in the
+    action layout of `spec.action_mode`; `masked_scores(x, mask, fill)` applies the action mask;
+    `value(x)` is the critic's estimate (PPO)."""
+
+    def __init__(self, spec: NetSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        h = spec.hidden_units
+        per_app = N_MOVES if spec.action_mode == "per_app" else N_APP_MOVES
+        self.trunk = SetTrunk(spec.max_apps, h)
+        self.app_head = nn.Sequential(nn.Linear(2 * h, h), nn.ReLU(), nn.Linear(h, per_app))
+        self.hold_head = nn.Linear(h, 1) if spec.action_mode == "single" else None
+        if spec.with_value:
+            self.critic_trunk = SetTrunk(spec.max_apps, h)
+            self.value_head = nn.Sequential(nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
+        # small initial scores: a near-uniform policy over the feasible moves at the start
+        nn.init.orthogonal_(self.app_head[-1].weight, gain=0.01)
+        nn.init.zeros_(self.app_head[-1].bias)
+        if self.hold_head is not None:
+            nn.init.orthogonal_(self.hold_head.weight, gain=0.01)
+            nn.init.zeros_(self.hold_head.bias)
+
+    def scores(self, x: torch.Tensor) -> torch.Tensor:
+        joined, ctx = self.trunk(x)
+        per_slot = self.app_head(joined)  # (B, M, 11 or 10)
+        flat = per_slot.flatten(start_dim=-2)
+        if self.hold_head is None:
+            return flat
+        return torch.cat([self.hold_head(ctx), flat], dim=-1)
+
+    @staticmethod
+    def apply_mask(scores: torch.Tensor, mask: torch.Tensor, fill: float = MASKED_LOGIT) -> torch.Tensor:
+        """`scores` with every entry whose mask is 0 replaced by `fill`."""
+        return scores.masked_fill(mask < 0.5, fill)
+
+    def feasible(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The actions this network may take: the env's action mask, and the pressure mask when
+        `spec.pressure_mask` (module docstring); 1/0 floats of `mask`'s shape."""
+        if not self.spec.pressure_mask:
+            return mask
+        return mask * pressure_mask(x, self.spec.max_apps, self.spec.action_mode).to(mask.dtype)
+
+    def masked_scores(self, x: torch.Tensor, mask: torch.Tensor, fill: float = MASKED_LOGIT) -> torch.Tensor:
+        return self.apply_mask(self.scores(x), self.feasible(x, mask), fill)
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.spec.with_value:
+            raise RuntimeError("this network has no value head (built with with_value=False)")
+        _, ctx = self.critic_trunk(x)
+        return self.value_head(ctx).squeeze(-1)
+
+    def greedy(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The highest-scoring feasible action per row: `(B,)` in single mode, `(B, max_apps)`
+        per slot in per-app mode (argmax, as RLlib's deterministic distributions do)."""
+        s = self.masked_scores(x, mask)
+        if self.spec.action_mode == "single":
+            return s.argmax(dim=-1)
+        return s.reshape(*s.shape[:-1], self.spec.max_apps, N_MOVES).argmax(dim=-1)
+
+
+# ---- export and load ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PolicyMeta:
+    """Metadata saved with the weights and checked on load."""
+
+    net: NetSpec
+    features: FeatureConfig
+    feature_layout: list[list[Any]]
+    algo: str = ""
+    trained_iterations: int = 0
+    trained_env_steps: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> PolicyMeta:
+        try:
+            return cls(
+                net=NetSpec(**data["net"]),
+                features=FeatureConfig(**data["features"]),
+                feature_layout=[list(x) for x in data["feature_layout"]],
+                algo=str(data.get("algo", "")),
+                trained_iterations=int(data.get("trained_iterations", 0)),
+                trained_env_steps=int(data.get("trained_env_steps", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: bad policy metadata ({e})") from None
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    """A policy ready to act: its metadata and the network in eval mode."""
+
+    meta: PolicyMeta
+    net: ColocNet
+    path: Path
+
+    def act(self, features: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The greedy action for one encoded observation and its action mask (any shape that
+        flattens to the mask length): an int in single mode, an int array per slot in per-app mode."""
+        with one_thread(), torch.inference_mode():
+            x = torch.as_tensor(features, dtype=torch.float32).reshape(1, -1)
+            m = torch.as_tensor(np.asarray(mask, dtype=np.float32).reshape(1, -1))
+            return self.net.greedy(x, m)[0].numpy()
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one intra-op thread inside the block, then restore the previous setting.
+
+    Why: one observation through this small network is ~0.2 ms on one thread, but torch's default
+    pool (a thread per core) waits on busy cores: measured on the 2-core CI machine under load, a
+    p50 of 0.27 ms and a p99 of 56 ms (one run had a median of 61 ms) against 0.2 ms / ~5-9 ms
+    with one thread - and `decide()` time is a reported metric (DESIGN §5)."""
+    previous = torch.get_num_threads()
+    if previous != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if previous != 1:
+            torch.set_num_threads(previous)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same directory (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def export_policy(path: str | Path, net: ColocNet, meta: PolicyMeta) -> Path:
+    """Save `net`'s weights with `meta` to `path` (a file, or a directory that gets `policy.pt`)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / POLICY_FILE
+    if meta.net != net.spec:
+        raise ValueError(f"metadata {meta.net} does not describe the network {net.spec}")
+    state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    payload = {
+        "format": POLICY_FORMAT,
+        "version": POLICY_VERSION,
+        "meta": meta.to_dict(),
+        "state_dict": state,
+    }
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def resolve_policy_path(path: str | Path) -> Path:
+    """A `policy.pt`, or a directory (a training run) holding one; ConfigError when missing."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / POLICY_FILE
+    if not p.is_file():
+        raise ConfigError(
+            f"{path}: no trained policy here (expected a {POLICY_FILE} file or a training run directory "
+            f"holding one; train.py writes OUT/{POLICY_FILE})"
+        )
+    return p
+
+
+def load_policy(
+    path: str | Path, *, expect_mode: str | None = None, expect_max_apps: int | None = None
+) -> LoadedPolicy:
+    """Load an exported policy with torch alone. ConfigError (exit 2 in the CLIs) when the file is
+    missing, corrupt, of another format, trained on another feature layout, or of another action
+    layout / `max_apps` than expected."""
+    p = resolve_policy_path(path)
+    try:
+        payload = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many kinds on a damaged file
+        raise ConfigError(f"{p}: not a readable policy file ({type(e).__name__}: {e})") from None
+    if not isinstance(payload, dict) or payload.get("format") != POLICY_FORMAT:
+        raise ConfigError(f"{p}: not a coloc policy file (written by train.py / agents.policy.export_policy)")
+    if payload.get("version") != POLICY_VERSION:
+        raise ConfigError(
+            f"{p}: policy file version {payload.get('version')}; this code reads version {POLICY_VERSION}"
+        )
+    meta = PolicyMeta.from_dict(payload.get("meta") or {}, str(p))
+    if meta.feature_layout != feature_layout():
+        raise ConfigError(
+            f"{p}: the policy was trained on another observation layout than env.features produces now "
+            "(features added, removed or rescaled); retrain it"
+        )
+    check_layout(meta.net, expect_mode, expect_max_apps, str(p))
+    net = ColocNet(meta.net)
+    try:
+        net.load_state_dict(payload["state_dict"], strict=True)
+    except (RuntimeError, KeyError, TypeError) as e:
+        raise ConfigError(f"{p}: weights do not match the network described by its metadata ({e})") from None
+    net.eval()
+    return LoadedPolicy(meta, net, p)
+
+
+def check_layout(spec: NetSpec, expect_mode: str | None, expect_max_apps: int | None, where: str) -> None:
+    """ConfigError when a saved network's action layout or slot count is not the expected one."""
+    if expect_mode is not None and spec.action_mode != expect_mode:
+        raise ConfigError(
+            f"{where}: the checkpoint has action_mode={spec.action_mode!r}, this run uses {expect_mode!r} "
+            "(another action layout; set env.action_mode to match, or start a new run)"
+        )
+    if expect_max_apps is not None and spec.max_apps != expect_max_apps:
+        raise ConfigError(
+            f"{where}: the checkpoint has max_apps={spec.max_apps}, this run uses {expect_max_apps} "
+            "(the observation and action spaces differ; set env.max_apps to match, or start a new run)"
+        )
+
+
+# ---- the controller -------------------------------------------------------------------------------
+class RlController(BaseController):
+    """A trained policy as a `Controller` (spec `rl:PATH`; module docstring). Stateless between
+    ticks; an invalid observation holds the allocation (BaseController's default)."""
+
+    name = "rl"
+
+    def __init__(self, policy: LoadedPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+        spec = policy.meta.net
+        self.encoder = ObservationEncoder(spec.max_apps, policy.meta.features)
+        self.codec = ActionCodec(spec.max_apps, spec.action_mode)
+
+    def _reset(self) -> None:
+        assert self.caps is not None
+        n = len(self.caps.lc_apps)
+        if n > self.codec.max_apps:
+            raise ConfigError(
+                f"rl:{self.policy.path}: the node runs {n} LC apps; this policy was trained for at most "
+                f"max_apps={self.codec.max_apps}"
+            )
+
+    def _decide(self, observation: Observation) -> Decision:
+        caps = self.caps
+        assert caps is not None
+        x = self.encoder.encode(observation, caps)
+        mask = self.codec.mask(observation, caps)
+        action = self.policy.act(x, mask)
+        decoded = self.codec.decode(action, observation, caps)
+        if not decoded.applied:
+            why = "; ".join(f"{a}:{m} refused ({r})" for a, m, r in decoded.rejected)
+            return Decision.hold("policy: HOLD" + (f" ({why})" if why else ""))
+        reason = "policy: " + ", ".join(describe_move(*x) for x in decoded.applied)
+        if len(decoded.applied) == 1:
+            app, move, _ = decoded.applied[0]
+            return Decision(decoded.allocation, reason=reason, move=move, app=app)
+        return Decision(decoded.allocation, reason=reason)
+
+
+def make(context: Any, arg: str | None) -> RlController:
+    """Factory of the registry spec `rl:PATH` (`baselines.registry.ControllerContext`, PATH)."""
+    if not arg:
+        raise ConfigError("controller 'rl' needs a path: rl:PATH (a policy.pt or a train.py run directory)")
+    return RlController(load_policy(arg))
+
+
+def policy_summary(policy: LoadedPolicy) -> str:
+    """One line describing a loaded policy (for logs and `--help`-style listings)."""
+    m = policy.meta
+    params = sum(p.numel() for p in policy.net.parameters())
+    steps = f"{m.trained_env_steps / 1e6:.2f}M" if m.trained_env_steps >= 1e5 else str(m.trained_env_steps)
+    return (
+        f"{policy.path}: {m.algo or '?'} {m.net.action_mode} policy, max_apps={m.net.max_apps}, "
+        f"{params} parameters, {m.trained_iterations} iterations / {steps} env steps"
+    )
+
+
+__all__ = [
+    "MASKED_LOGIT",
+    "POLICY_FILE",
+    "ColocNet",
+    "LoadedPolicy",
+    "NetSpec",
+    "PolicyMeta",
+    "RlController",
+    "check_layout",
+    "export_policy",
+    "feature_layout",
+    "load_policy",
+    "make",
+    "pressure_mask",
+]

@@ -1,0 +1,377 @@
+"""The typed training config of `train.py` (`configs/train/*.yaml`), strict like every config.
+
+A YAML file is data for `TrainConfig`; `load_train_config(path, overrides)` applies `--set
+key=value` overrides (dotted paths, values parsed as YAML scalars) to the raw mapping and builds it
+with `env.config.build`, so an unknown key - in the file or in an override - is a `ConfigError`
+naming the field (exit 2 in the CLI). `resolved(config)` is the plain mapping saved beside a run
+(`OUT/config.yaml`), which loads back into the same config.
+
+Sections:
+
+* `algo`: `ppo` (both action modes) or `dqn` (`single` mode only: RLlib's DQN needs a Discrete
+  action space);
+* `env`: `env.gym_env.EnvConfig` (action mode, `max_apps`, the scenario sampler, episode length,
+  reward weights, feature scales); training always draws scenarios from the sampler, so
+  `env.scenario` must stay null;
+* `domain_randomization`: per-episode multiplicative factors on every LC app's physical
+  parameters (`env.sim.scenario.AppEntry.perturb`), so the policy does not overfit one calibration;
+* `model`: width of the network (`agents.policy.ColocNet`);
+* `warm_start`: imitate a hand-written controller before RL (`agents.rllib.imitation`);
+* `ppo` / `dqn`: the algorithm's hyper-parameters (only the section of `algo` is used);
+* `resources`: env runners, vectorised envs per runner, learners (scaled out with `--ray-address`);
+* `eval`: the end-of-training comparison with the baselines (`env.evaluation.run_compare`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from agents.policy import NetSpec
+from env.config import ConfigError, build, load_yaml, resolve_config
+from env.gym_env import EnvConfig
+from env.scenario_sampler import SamplerConfig
+from env.sim.scenario import PERTURBABLE
+
+Algo = Literal["ppo", "dqn"]
+
+
+def _default_factors() -> dict[str, tuple[float, float]]:
+    return {
+        "service": (0.85, 1.15),
+        "frac_llc": (0.8, 1.25),
+        "frac_mem": (0.8, 1.25),
+        "llc_kappa_mb": (0.8, 1.25),
+        "service_cv2": (0.8, 1.25),
+    }
+
+
+@dataclass(frozen=True)
+class DomainRandomizationConfig:
+    """Each episode, each LC app gets a factor per parameter drawn log-uniformly from
+    `factors[param] = (low, high)` (parameters of `env.sim.scenario.PERTURBABLE`; `service` scales
+    the app's derived service time). Disabled: the shipped profiles as they are."""
+
+    enabled: bool = True
+    factors: dict[str, tuple[float, float]] = field(default_factory=_default_factors)
+
+    def __post_init__(self) -> None:
+        for k, (lo, hi) in self.factors.items():
+            if k not in PERTURBABLE:
+                raise ConfigError(
+                    f"domain_randomization.factors.{k}: not a perturbable parameter; allowed: {list(PERTURBABLE)}"
+                )
+            if not (0.1 <= lo <= hi <= 10.0):
+                raise ConfigError(
+                    f"domain_randomization.factors.{k}: need 0.1 <= low <= high <= 10, got [{lo}, {hi}]"
+                )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """`hidden_units`: width of every layer of `agents.policy.ColocNet`; `pressure_mask`: offer
+    `<UP,MEM>` / `<UP,DISK>` only to apps that use most of their memory / disk bandwidth (the
+    network's docstring says why)."""
+
+    hidden_units: int = 128
+    pressure_mask: bool = True
+
+    def __post_init__(self) -> None:
+        if not 4 <= self.hidden_units <= 4096:
+            raise ConfigError(f"model.hidden_units must be in [4, 4096], got {self.hidden_units}")
+
+
+@dataclass(frozen=True)
+class PPOSettings:
+    """RLlib PPO hyper-parameters (`PPOConfig.training`). `train_batch_size` is env steps per
+    learner and iteration; `gamma` is per 500 ms interval (0.95: a ~10 s horizon, the time a
+    load change takes to settle). `vf_clip_param` clips the critic's *squared* error: RLlib's
+    default of 10 stops the critic from learning returns of this env (see `reward_scale`)."""
+
+    lr: float = 3e-4
+    gamma: float = 0.95
+    gae_lambda: float = 0.95
+    clip_param: float = 0.2
+    entropy_coeff: float = 0.01
+    vf_loss_coeff: float = 0.5
+    vf_clip_param: float = 100.0
+    use_kl_loss: bool = False
+    kl_coeff: float = 0.2
+    num_epochs: int = 6
+    minibatch_size: int = 512
+    train_batch_size: int = 4096
+    grad_clip: float = 0.5
+
+    def __post_init__(self) -> None:
+        _positive("ppo", lr=self.lr, num_epochs=self.num_epochs, minibatch_size=self.minibatch_size)
+        _unit("ppo", gamma=self.gamma, gae_lambda=self.gae_lambda)
+        if self.minibatch_size > self.train_batch_size:
+            raise ConfigError("ppo.minibatch_size must be <= ppo.train_batch_size")
+
+
+@dataclass(frozen=True)
+class DQNSettings:
+    """RLlib DQN hyper-parameters (`DQNConfig.training`), masked Q-values, epsilon-greedy over the
+    feasible moves. Epsilon falls linearly from `initial_epsilon` to `final_epsilon` over
+    `epsilon_timesteps` env steps; `target_network_update_freq` is in env steps."""
+
+    lr: float = 5e-4
+    gamma: float = 0.95
+    n_step: int = 3
+    double_q: bool = True
+    train_batch_size: int = 256
+    replay_capacity: int = 100_000
+    prioritized_replay: bool = True
+    target_network_update_freq: int = 2000
+    initial_epsilon: float = 1.0
+    final_epsilon: float = 0.05
+    epsilon_timesteps: int = 50_000
+    learning_starts: int = 2000
+    training_intensity: float | None = None
+    grad_clip: float = 10.0
+
+    def __post_init__(self) -> None:
+        _positive(
+            "dqn",
+            lr=self.lr,
+            n_step=self.n_step,
+            train_batch_size=self.train_batch_size,
+            replay_capacity=self.replay_capacity,
+            target_network_update_freq=self.target_network_update_freq,
+            epsilon_timesteps=self.epsilon_timesteps,
+        )
+        _unit("dqn", gamma=self.gamma, initial_epsilon=self.initial_epsilon, final_epsilon=self.final_epsilon)
+
+
+@dataclass(frozen=True)
+class ResourcesConfig:
+    """Where the work runs. `num_env_runners` remote sampling actors (0 = sample in the driver),
+    each stepping `num_envs_per_env_runner` simulated nodes in one batched kernel call
+    (`env.vector_env.NodeVectorEnv`); `num_learners` remote learners (0 = learn in the driver).
+    `rollout_fragment_length`: env steps per sub-env per sample call (null = RLlib's "auto").
+    `local_num_cpus` is the CPU count of the Ray session `train.py` starts when no `--ray-address`
+    is given (null = all of the machine's). `driver_torch_threads`: torch intra-op threads of the
+    driver process, where the learner runs when `num_learners` is 0 (null = torch's default, one
+    per core). Default 1: minibatches of this small network gain nothing from more, and on the
+    shared 2-core machine torch's default pool made a PPO update 15x slower (learner 12.6 s vs
+    0.8 s per 2048-step iteration of configs/train/demo.yaml)."""
+
+    num_env_runners: int = 2
+    num_envs_per_env_runner: int = 16
+    num_cpus_per_env_runner: float = 1.0
+    rollout_fragment_length: int | None = None
+    num_learners: int = 0
+    num_cpus_per_learner: float = 1.0
+    local_num_cpus: int | None = 2
+    driver_torch_threads: int | None = 1
+
+    def __post_init__(self) -> None:
+        if self.num_env_runners < 0 or self.num_learners < 0:
+            raise ConfigError("resources.num_env_runners and num_learners must be >= 0")
+        if self.num_envs_per_env_runner < 1:
+            raise ConfigError("resources.num_envs_per_env_runner must be >= 1")
+        for k in ("local_num_cpus", "driver_torch_threads", "rollout_fragment_length"):
+            v = getattr(self, k)
+            if v is not None and v < 1:
+                raise ConfigError(f"resources.{k} must be >= 1 (or null)")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """The end-of-training evaluation: the trained policy (`rl:OUT/policy.pt`) and `baselines` on
+    each scenario (`configs/scenarios/`) for `seeds` seeds, with `env.evaluation.run_compare`
+    (the schema of `evaluate.py compare`); results in `OUT/eval/<scenario>/`.
+    `single_app_baselines` join the comparison only on scenarios with one LC app: Intel PRM and
+    the Q-PRM controllers manage one LC app beside BE jobs (Q-PRM thesis Sec. 5.2; with more they
+    manage the strictest one and leave the others as they are, `baselines.prm`)."""
+
+    enabled: bool = True
+    scenarios: tuple[str, ...] = ("fig9-ramp", "qprm-sinusoid", "step-load", "mix3-const")
+    baselines: tuple[str, ...] = ("parties",)
+    single_app_baselines: tuple[str, ...] = ()
+    seeds: int = 2
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1 or self.workers < 1:
+            raise ConfigError("eval.seeds and eval.workers must be >= 1")
+        both = set(self.baselines) & set(self.single_app_baselines)
+        if both:
+            raise ConfigError(f"eval: {sorted(both)} listed in both baselines and single_app_baselines")
+        if self.enabled and not self.scenarios:
+            raise ConfigError("eval.scenarios: empty (set eval.enabled: false to skip the evaluation)")
+        for s in self.scenarios:
+            try:
+                resolve_config("scenarios", s)
+            except ConfigError as e:
+                raise ConfigError(f"eval.scenarios: {e}") from None
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """Imitate `teacher` (a controller spec, e.g. `parties`; null = start from a random policy)
+    before RL (`agents.rllib.imitation`): `episodes` teacher episodes of the training env, then
+    `epochs` passes of supervised learning (policy: cross-entropy on the teacher's moves; critic,
+    weighted by `value_weight`: the discounted returns). PPO only."""
+
+    teacher: str | None = None
+    episodes: int = 40
+    epochs: int = 30
+    batch_size: int = 256
+    lr: float = 1e-3
+    value_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        _positive(
+            "warm_start", episodes=self.episodes, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr
+        )
+        if self.value_weight < 0:
+            raise ConfigError("warm_start.value_weight must be >= 0")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run depends on (module docstring). `iterations` are RLlib training
+    iterations; a checkpoint is written every `checkpoint_every` iterations and at the end, and the
+    newest `keep_checkpoints` are kept. `max_train_minutes` bounds the wall time of a session
+    (building the algorithm, the warm start and the iterations; not the final evaluation): it stops
+    early, with a checkpoint, rather than start an iteration it expects to end past the budget.
+    `seed` seeds RLlib, the envs' scenario draws and the
+    network's initialisation. `reward_scale` multiplies the env's reward before the learner sees
+    it (`agents.rllib.envs.ScaledReward`: same optimal policy, value targets the critic can fit);
+    the qos/ and be/ metrics stay unscaled, `train/episode_return_mean` is scaled."""
+
+    algo: Algo = "ppo"
+    iterations: int = 100
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 2
+    max_train_minutes: float | None = None
+    seed: int = 0
+    reward_scale: float = 0.1
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(sampler=SamplerConfig()))
+    domain_randomization: DomainRandomizationConfig = field(default_factory=DomainRandomizationConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    ppo: PPOSettings = field(default_factory=PPOSettings)
+    dqn: DQNSettings = field(default_factory=DQNSettings)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:
+            raise ConfigError("iterations, checkpoint_every and keep_checkpoints must be >= 1")
+        if self.max_train_minutes is not None and not self.max_train_minutes > 0:
+            raise ConfigError(f"max_train_minutes must be > 0 (or null), got {self.max_train_minutes}")
+        if not self.reward_scale > 0:
+            raise ConfigError(f"reward_scale must be > 0, got {self.reward_scale}")
+        if self.env.scenario is not None:
+            raise ConfigError(
+                "env.scenario: training draws scenarios from env.sampler (random mixes, loads and traces); "
+                "leave env.scenario null and evaluate fixed scenarios with eval.scenarios"
+            )
+        if self.env.sampler is None:
+            object.__setattr__(self, "env", dataclasses.replace(self.env, sampler=SamplerConfig()))
+        if self.algo == "dqn" and self.warm_start.teacher is not None:
+            raise ConfigError(
+                "warm_start.teacher: imitation warm start is implemented for ppo only (set it to null)"
+            )
+        if self.algo == "dqn" and self.env.action_mode != "single":
+            raise ConfigError(
+                "algo dqn needs env.action_mode: single (RLlib's DQN acts on a Discrete space); use ppo for per_app"
+            )
+
+    def net_spec(self) -> NetSpec:
+        """The network this config trains and exports."""
+        return NetSpec(
+            action_mode=self.env.action_mode,
+            max_apps=self.env.max_apps,
+            hidden_units=self.model.hidden_units,
+            with_value=self.algo == "ppo",
+            pressure_mask=self.model.pressure_mask,
+        )
+
+
+# ---- loading --------------------------------------------------------------------------------------
+def _positive(where: str, **values: float) -> None:
+    for k, v in values.items():
+        if not v > 0:
+            raise ConfigError(f"{where}.{k} must be > 0, got {v}")
+
+
+def _unit(where: str, **values: float) -> None:
+    for k, v in values.items():
+        if not 0.0 <= v <= 1.0:
+            raise ConfigError(f"{where}.{k} must be in [0, 1], got {v}")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (["a", "b", "c"], value parsed as a YAML scalar/flow value; `1e-4` is a number)."""
+    key, sep, raw = text.partition("=")
+    path = [p.strip() for p in key.split(".")]
+    if not sep or not all(path):
+        raise ConfigError(f"--set {text!r}: expected key=value with a dotted key, e.g. ppo.lr=1e-4")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({e})") from None
+    if isinstance(value, str) and value.strip().lower() not in ("nan", "inf", "-inf", "+inf"):
+        with contextlib.suppress(ValueError):  # YAML 1.1 reads 1e-4 (no dot) as a string
+            value = float(value)
+    return path, value
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A deep copy of `data` with each `key=value` set (missing intermediate mappings created);
+    the result is validated by `build`, so an unknown key fails there, naming the field."""
+    out: dict[str, Any] = _copy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = out
+        for i, part in enumerate(path[:-1]):
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"--set {text!r}: {'.'.join(path[: i + 1])} is not a section")
+            node = nxt
+        node[path[-1]] = value
+    return out
+
+
+def _copy(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {k: _copy(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_copy(v) for v in x]
+    return x
+
+
+def build_train_config(
+    data: Mapping[str, Any] | None, overrides: Sequence[str] = (), where: str = "train"
+) -> TrainConfig:
+    """A `TrainConfig` from a raw mapping and `--set` overrides (ConfigError on anything unknown)."""
+    raw = apply_overrides(dict(data or {}), overrides)
+    return build(TrainConfig, raw, where)
+
+
+def load_train_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
+    """`configs/train/<name>.yaml` (by name or path) with `--set` overrides."""
+    p = resolve_config("train", path)
+    data = load_yaml(p)
+    if data is not None and not isinstance(data, Mapping):
+        raise ConfigError(f"{p}: expected a mapping of config sections, got {type(data).__name__}")
+    return build_train_config(data, overrides, where=p.name)
+
+
+def resolved(config: TrainConfig) -> dict[str, Any]:
+    """The config as plain YAML data (tuples as lists; loads back with `build_train_config`), as
+    `evaluate.py` saves its resolved configs."""
+    from env.evaluation import _plain as plain_data
+
+    return plain_data(config)

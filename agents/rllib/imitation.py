@@ -1,0 +1,192 @@
+"""Warm start: imitate a hand-written controller (PARTIES by default) before reinforcement learning.
+
+Why: from a random policy, PPO needs far more than the ~10^5-10^6 environment steps a 2-core
+machine gives in 30 minutes to learn what PARTIES encodes by hand (upsize the app that misses its
+target, downsize the one with slack). Starting from a policy that already acts like the teacher
+and a critic that already knows what its states are worth, RL spends its budget improving on the
+teacher instead of rediscovering it (behaviour cloning + RL fine-tuning, as in DQfD or
+kickstarting).
+
+1. `collect_demonstrations`: the teacher (any controller spec of `baselines.registry`) runs
+   `episodes` episodes of the training environment - the same sampler, domain randomisation and
+   reward scale as RL training. At each interval its `Decision` becomes a label in the policy's
+   action layout: HOLD when it keeps the allocation, the single-move index (single mode) or the
+   move at that app's slot with HOLD elsewhere (per-app mode) when it makes one PARTIES move that
+   the action mask and the network's pressure mask (`agents.policy.pressure_mask`) allow. Other
+   decisions (PARTIES' network-only adjustments, fair start, masked moves) are labelled HOLD,
+   since the policy cannot express them; the env then applies the label, so the teacher drives
+   the episode.
+2. `pretrain`: the network is fitted to the labels (cross-entropy of the masked scores, summed
+   over slots in per-app mode) and, for PPO, its critic to the discounted (scaled) returns of the
+   teacher's episodes.
+3. `train.py` pushes the weights into the learner (and the env runners) before the first iteration.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from agents.policy import ColocNet, one_thread, pressure_mask
+from agents.rllib.config import TrainConfig, WarmStartConfig
+from agents.rllib.envs import make_scalar_env, training_env_config
+from env.gym_env import ActionCodec
+from env.types import N_MOVES, Capabilities, Decision, Move, Observation
+
+
+@dataclass(frozen=True)
+class Demonstrations:
+    """Teacher transitions: encoded observations, masks, labels, discounted returns."""
+
+    features: np.ndarray  # (N, n_features) float32
+    masks: np.ndarray  # (N, mask_size) float32 0/1
+    actions: np.ndarray  # (N,) single mode, (N, max_apps) per-app mode; int64
+    returns: np.ndarray  # (N,) discounted returns of the scaled reward
+    moves: int  # labels that are not HOLD
+    unexpressed: int  # teacher decisions changed the allocation in a way the labels cannot express
+    episodes: int
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+
+def label(
+    decision: Decision, obs: Observation, caps: Capabilities, codec: ActionCodec, mask: np.ndarray
+) -> tuple[np.ndarray | int, bool]:
+    """(the action that stands for `decision`, whether it was expressible as one)."""
+    hold: np.ndarray | int = 0 if codec.mode == "single" else np.zeros(codec.max_apps, dtype=np.int64)
+    if decision.allocation is None or decision.allocation == obs.allocation:
+        return hold, True
+    move, app = decision.move, decision.app
+    names = [a.name for a in caps.lc_apps]
+    if move is None or move is Move.HOLD or app not in names:
+        return hold, False
+    slot = names.index(app)
+    if codec.mode == "single":
+        a = codec.single_index(slot, move)
+        return (a, True) if mask.reshape(-1)[a] else (hold, False)
+    if not mask.reshape(codec.max_apps, N_MOVES)[slot, move.value]:
+        return hold, False
+    act = np.zeros(codec.max_apps, dtype=np.int64)
+    act[slot] = move.value
+    return act, True
+
+
+def discounted(rewards: list[float], gamma: float) -> np.ndarray:
+    out = np.zeros(len(rewards), dtype=np.float32)
+    acc = 0.0
+    for i in range(len(rewards) - 1, -1, -1):
+        acc = rewards[i] + gamma * acc
+        out[i] = acc
+    return out
+
+
+def collect_demonstrations(
+    config: TrainConfig, warm: WarmStartConfig, gamma: float, seed: int
+) -> Demonstrations:
+    """Run the teacher on `warm.episodes` training episodes (module docstring)."""
+    from env.evaluation import controller_factory  # the registry by import path (env -> baselines)
+
+    assert warm.teacher is not None
+    env = make_scalar_env(training_env_config(config))
+    node_env = env.unwrapped
+    codec: ActionCodec = node_env.codec
+    spec = config.net_spec()
+    make = controller_factory()
+    feats, masks, acts, rets = [], [], [], []
+    moves = unexpressed = 0
+    for ep in range(warm.episodes):
+        obs, _ = env.reset(seed=seed + ep)
+        caps = node_env.capabilities
+        teacher = make(warm.teacher, caps, node_env.node.scenario, node_env.node, seed + ep)
+        teacher.reset(caps, np.random.default_rng([seed + ep, 1]))
+        rewards: list[float] = []
+        done = False
+        while not done:
+            raw = node_env.observation
+            allowed = obs["action_mask"]
+            if spec.pressure_mask:  # the moves the network may take (agents.policy.pressure_mask)
+                x = torch.as_tensor(obs["observations"])
+                allowed = allowed * pressure_mask(x, spec.max_apps, spec.action_mode).numpy()
+            action, ok = label(teacher.decide(raw), raw, caps, codec, allowed)
+            unexpressed += not ok
+            moves += bool(np.any(action))
+            feats.append(obs["observations"])
+            masks.append(allowed)
+            acts.append(action)
+            obs, reward, term, trunc, _ = env.step(action)
+            rewards.append(float(reward))
+            done = term or trunc
+        rets.append(discounted(rewards, gamma))
+    env.close()
+    return Demonstrations(
+        np.asarray(feats, dtype=np.float32),
+        np.asarray(masks, dtype=np.float32),
+        np.asarray(acts, dtype=np.int64),
+        np.concatenate(rets),
+        moves,
+        unexpressed,
+        warm.episodes,
+    )
+
+
+@dataclass(frozen=True)
+class PretrainStats:
+    accuracy: float  # greedy action == label, over the demonstrations
+    move_accuracy: float  # the same, over labels that are moves
+    value_r2: float  # critic's explained variance of the returns (nan without a critic)
+    seconds: float
+
+
+def pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed: int) -> PretrainStats:
+    """Fit `net` to the teacher's labels (and its critic to the returns), in place."""
+    with one_thread():  # small batches: one thread is faster, and much faster on a busy machine
+        return _pretrain(net, demos, warm, seed)
+
+
+def _pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed: int) -> PretrainStats:
+    t0 = time.perf_counter()
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.as_tensor(demos.features)
+    m = torch.as_tensor(demos.masks)
+    a = torch.as_tensor(demos.actions)
+    g = torch.as_tensor(demos.returns)
+    per_app = net.spec.action_mode == "per_app"
+    opt = torch.optim.Adam(net.parameters(), lr=warm.lr)
+    n = len(demos)
+    net.train()
+    for _ in range(warm.epochs):
+        for idx in torch.randperm(n, generator=gen).split(warm.batch_size):
+            scores = net.masked_scores(x[idx], m[idx])
+            if per_app:
+                logits = scores.reshape(len(idx), net.spec.max_apps, N_MOVES)
+                loss = (
+                    torch.nn.functional.cross_entropy(logits.reshape(-1, N_MOVES), a[idx].reshape(-1))
+                    * net.spec.max_apps
+                )
+            else:
+                loss = torch.nn.functional.cross_entropy(scores, a[idx])
+            if net.spec.with_value:
+                loss = loss + warm.value_weight * torch.nn.functional.mse_loss(net.value(x[idx]), g[idx])
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            opt.step()
+    net.eval()
+    with torch.no_grad():
+        greedy = net.greedy(x, m)
+        hit = (greedy == a) if not per_app else (greedy == a).all(dim=-1)
+        is_move = (a != 0) if not per_app else (a != 0).any(dim=-1)
+        r2 = float("nan")
+        if net.spec.with_value:
+            v = net.value(x)
+            r2 = float(1.0 - torch.var(g - v) / torch.var(g).clamp(min=1e-9))
+    return PretrainStats(
+        float(hit.float().mean()),
+        float(hit[is_move].float().mean()) if bool(is_move.any()) else float("nan"),
+        r2,
+        time.perf_counter() - t0,
+    )

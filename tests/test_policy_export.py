@@ -1,0 +1,312 @@
+"""Serving a policy without Ray (agents.policy): the export file, its checks on load, the
+`rl:PATH` controller - and, with a Ray session, that the exported module picks the same actions as
+RLlib's own inference on the same observations."""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import io
+import time
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+import test_train_cli
+import torch
+
+from agents.policy import (
+    POLICY_FILE,
+    ColocNet,
+    NetSpec,
+    PolicyMeta,
+    RlController,
+    export_policy,
+    feature_layout,
+    load_policy,
+    make,
+)
+from baselines import registry
+from env.config import ConfigError
+from env.features import FeatureConfig
+from env.gym_env import ActionCodec
+from env.sim.node import SimNode
+from env.sim.scenario import simple_scenario
+from env.types import Decision, validate_allocation
+
+THREE = {"memcached": 0.5, "xapian": 0.4, "nginx": 0.5}
+
+
+def sharpen(net: ColocNet) -> ColocNet:
+    """`net` with its weights x3 and biases x20, in place: scores of a visible size, so that the
+    greedy action varies with the input (a fresh or briefly trained network's scores are ~0 and
+    its argmax is the same for every observation)."""
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(20.0 if p.dim() == 1 else 3.0)
+    return net
+
+
+def saved_policy(tmp_path: Path, mode: str = "single", max_apps: int = 6, seed: int = 0) -> Path:
+    torch.manual_seed(seed)
+    spec = NetSpec(mode, max_apps, 32)
+    net = sharpen(ColocNet(spec))
+    return export_policy(
+        tmp_path / f"{mode}-{max_apps}.pt",
+        net,
+        PolicyMeta(spec, FeatureConfig(), feature_layout(), "ppo", 7, 1000),
+    )
+
+
+def node_and_controller(path: Path, loads=THREE, seed: int = 0):
+    scn = simple_scenario(loads, duration_s=60.0, warmup_s=5.0, seed=seed)
+    node = SimNode(scn, seed=seed)
+    ctrl = make(registry.ControllerContext(node.capabilities(), scn, node, seed), str(path))
+    ctrl.reset(node.capabilities(), np.random.default_rng(seed))
+    return node, ctrl
+
+
+# ---- the export file -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["single", "per_app"])
+def test_export_round_trips_weights_and_metadata(tmp_path, mode):
+    path = saved_policy(tmp_path, mode)
+    policy = load_policy(path)
+    assert policy.meta.net == NetSpec(mode, 6, 32) and policy.meta.trained_iterations == 7
+    torch.manual_seed(0)
+    again = sharpen(ColocNet(NetSpec(mode, 6, 32)))
+    x = torch.rand(5, 128)
+    torch.testing.assert_close(policy.net.scores(x), again.scores(x))
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
+
+
+def test_a_run_directory_resolves_to_its_policy(tmp_path):
+    path = saved_policy(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    path.rename(run / POLICY_FILE)
+    assert load_policy(run).path == run / POLICY_FILE
+
+
+@pytest.mark.parametrize(
+    ("damage", "needle"),
+    [
+        ("missing", "no trained policy here"),
+        ("empty_dir", "no trained policy here"),
+        ("garbage", "not a readable policy file"),
+        ("truncated", "not a readable policy file"),
+        ("other_format", "not a coloc policy file"),
+        ("other_version", "policy file version"),
+        ("other_features", "another observation layout"),
+        ("bad_weights", "weights do not match"),
+    ],
+)
+def test_a_bad_policy_file_is_a_config_error(tmp_path, damage, needle):
+    good = saved_policy(tmp_path)
+    payload = torch.load(good, weights_only=True)
+    target = tmp_path / "bad.pt"
+    if damage == "missing":
+        target = tmp_path / "nope.pt"
+    elif damage == "empty_dir":
+        target = tmp_path / "empty"
+        target.mkdir()
+    elif damage == "garbage":
+        target.write_bytes(b"not a torch file at all")
+    elif damage == "truncated":
+        target.write_bytes(good.read_bytes()[:200])
+    else:
+        if damage == "other_format":
+            payload["format"] = "something-else"
+        elif damage == "other_version":
+            payload["version"] = 99
+        elif damage == "other_features":
+            payload["meta"]["feature_layout"] = payload["meta"]["feature_layout"][:-1]
+        elif damage == "bad_weights":
+            payload["meta"]["net"]["hidden_units"] = 16
+        buf = io.BytesIO()
+        torch.save(payload, buf)
+        target.write_bytes(buf.getvalue())
+    with pytest.raises(ConfigError, match=needle):
+        load_policy(target)
+
+
+def test_a_policy_of_another_action_layout_or_max_apps_is_refused_when_one_is_expected(tmp_path):
+    path = saved_policy(tmp_path, "per_app", 4)
+    with pytest.raises(ConfigError, match=r"action_mode='per_app'.*another action layout"):
+        load_policy(path, expect_mode="single")
+    with pytest.raises(ConfigError, match="max_apps=4"):
+        load_policy(path, expect_max_apps=6)
+    assert load_policy(path, expect_mode="per_app", expect_max_apps=4).meta.net.max_apps == 4
+
+
+# ---- the controller ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["single", "per_app"])
+def test_controller_acts_like_the_network_and_only_plans_feasible_moves(tmp_path, mode):
+    path = saved_policy(tmp_path, mode)
+    node, ctrl = node_and_controller(path)
+    assert isinstance(ctrl, RlController)
+    caps = node.capabilities()
+    codec = ActionCodec(6, mode)
+    moved = 0
+    for _ in range(40):
+        obs = node.observe()
+        with (
+            mock.patch.object(builtins, "open", side_effect=AssertionError("decide() opened a file")),
+            mock.patch.object(time, "sleep", side_effect=AssertionError("decide() slept")),
+        ):
+            d = ctrl.decide(obs)
+        assert isinstance(d, Decision)
+        x = ctrl.encoder.encode(obs, caps)
+        mask = codec.mask(obs, caps)
+        with torch.no_grad():
+            action = ctrl.policy.net.greedy(torch.as_tensor(x)[None], torch.as_tensor(mask.reshape(1, -1)))[
+                0
+            ].numpy()
+        expected = codec.decode(action, obs, caps)
+        assert not expected.rejected  # the mask keeps the policy to feasible moves
+        if expected.applied:
+            moved += 1
+            assert d.allocation == expected.allocation
+            validate_allocation(d.allocation, caps)
+            if len(expected.applied) == 1:
+                assert (d.app, d.move) == expected.applied[0][:2]
+        else:
+            assert d.allocation is None
+        node.step(d.allocation)
+    assert moved > 0
+
+
+def test_controller_refuses_a_node_with_more_apps_than_the_policy_holds(tmp_path):
+    path = saved_policy(tmp_path, "single", 2)
+    with pytest.raises(ConfigError, match="max_apps=2"):
+        node_and_controller(path)
+
+
+def test_controller_holds_on_an_invalid_observation(tmp_path):
+    node, ctrl = node_and_controller(saved_policy(tmp_path))
+    obs = node.observe()
+    bad = dataclasses.replace(obs, apps=(dataclasses.replace(obs.apps[0], valid=False), *obs.apps[1:]))
+    assert ctrl.decide(bad).allocation is None
+
+
+def test_factory_needs_a_path(tmp_path):
+    scn = simple_scenario(THREE)
+    node = SimNode(scn)
+    with pytest.raises(ConfigError, match="rl:PATH"):
+        make(registry.ControllerContext(node.capabilities(), scn, node, 0), None)
+    with pytest.raises(ConfigError, match="no trained policy"):
+        make(registry.ControllerContext(node.capabilities(), scn, node, 0), str(tmp_path / "missing"))
+
+
+def test_the_rl_spec_resolves_through_the_registry(tmp_path, monkeypatch):
+    from agents.rllib.trainer import ensure_rl_registered
+
+    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
+    native = "rl" in registry.REGISTRY
+    assert ensure_rl_registered() is native
+    assert ensure_rl_registered() is True  # now it is there
+    path = saved_policy(tmp_path)
+    scn = simple_scenario(THREE)
+    node = SimNode(scn)
+    ctrl = registry.make_controller(
+        f"rl:{path}", registry.ControllerContext(node.capabilities(), scn, node, 0)
+    )
+    assert isinstance(ctrl, RlController)
+    with pytest.raises(ConfigError, match="needs an argument"):
+        registry.parse_spec("rl")
+
+
+# ---- RLlib's inference vs the exported module (needs Ray) ---------------------------------------------------
+ray_session = test_train_cli.ray_session  # one Ray session for the whole test run
+
+
+TINY = [
+    "iterations=1",
+    "checkpoint_every=1",
+    "model.hidden_units=32",
+    "env.sampler.duration_s=[10, 20]",
+    "ppo.train_batch_size=128",
+    "ppo.minibatch_size=64",
+    "ppo.num_epochs=1",
+    "dqn.train_batch_size=32",
+    "dqn.learning_starts=32",
+    "dqn.replay_capacity=2000",
+    "resources.num_env_runners=0",
+    "resources.num_envs_per_env_runner=2",
+    "eval.enabled=false",
+]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize(("algo", "mode"), [("ppo", "single"), ("ppo", "per_app"), ("dqn", "single")])
+def test_exported_module_picks_the_actions_of_rllib_inference(ray_session, tmp_path, algo, mode):
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from agents.rllib.config import build_train_config
+    from agents.rllib.trainer import RunOptions, checkpoints_in, train
+
+    config = build_train_config({}, [f"algo={algo}", f"env.action_mode={mode}", *TINY])
+    out = train(config, RunOptions(out=tmp_path / "run", log=io.StringIO()))
+    ckpt = checkpoints_in(out.out)[-1]
+    rllib_module = RLModule.from_checkpoint(
+        ckpt / "learner_group" / "learner" / "rl_module" / "default_policy"
+    )
+    exported = load_policy(out.policy, expect_mode=mode, expect_max_apps=6)
+    # the export holds exactly the weights of the checkpoint's RLModule
+    trained = rllib_module.net.state_dict()
+    assert trained.keys() == exported.net.state_dict().keys()
+    for k, v in exported.net.state_dict().items():
+        torch.testing.assert_close(v, trained[k], rtol=0, atol=0)
+    # then both compute the same actions: with the trained weights (after one iteration they may
+    # pick one action everywhere: DQN's Q-values are all negative and HOLD's the least so), and
+    # with the same random, sharpened weights loaded into both, so that many actions are compared
+    compared, _ = compare_actions(rllib_module, exported, mode)
+    assert compared == 48
+    torch.manual_seed(1)
+    varied = sharpen(ColocNet(exported.meta.net)).state_dict()
+    rllib_module.net.load_state_dict(varied)
+    exported.net.load_state_dict(varied)
+    compared, seen = compare_actions(rllib_module, exported, mode)
+    assert compared == 48 and len(seen) > 1  # a real comparison: not one action for every observation
+
+
+def compare_actions(rllib_module, exported, mode: str) -> tuple[int, set[str]]:
+    """Assert that the exported policy (`LoadedPolicy.act` and `RlController`) picks RLlib's own
+    inference action on 48 observations of the real env (6 nodes x 8 steps, several mixes and
+    states); returns how many were compared and the distinct actions seen."""
+    from ray.rllib.core.columns import Columns
+
+    from env.gym_env import EnvConfig
+    from env.vector_env import NodeVectorEnv, VectorActionMaskObs
+
+    vec = VectorActionMaskObs(
+        NodeVectorEnv(6, EnvConfig(max_apps=6, action_mode=mode, episode_intervals=100))
+    )
+    obs, _ = vec.reset(seed=11)
+    rng = np.random.default_rng(0)
+    compared, seen = 0, set()
+    for _ in range(8):
+        batch = {Columns.OBS: {k: torch.as_tensor(v) for k, v in obs.items()}}
+        with torch.no_grad():
+            fwd = rllib_module.forward_inference(batch)
+        if Columns.ACTIONS in fwd:  # DQN: greedy actions
+            rllib_actions = fwd[Columns.ACTIONS].numpy()
+        else:  # PPO: the deterministic version of the action distribution
+            dist = rllib_module.get_inference_action_dist_cls().from_logits(fwd[Columns.ACTION_DIST_INPUTS])
+            rllib_actions = dist.to_deterministic().sample().numpy()
+        for i in range(vec.num_envs):
+            mine = exported.act(obs["observations"][i], obs["action_mask"][i])
+            np.testing.assert_array_equal(mine, rllib_actions[i])
+            # and the controller, from the raw observation, applies exactly that action
+            raw, caps = vec.unwrapped.observations()[i], vec.unwrapped.capabilities(i)
+            ctrl = RlController(exported)
+            ctrl.reset(caps, np.random.default_rng(0))
+            expected = vec.unwrapped.codec.decode(rllib_actions[i], raw, caps)
+            assert ctrl.decide(raw).allocation == (expected.allocation if expected.applied else None)
+            compared += 1
+            seen.add(str(rllib_actions[i]))
+        random = rng.integers(0, 2, size=vec.num_envs)  # move on with a mix of HOLD and policy actions
+        obs, *_ = vec.step(np.where(random[:, None] if mode == "per_app" else random, rllib_actions, 0))
+    vec.close()
+    return compared, seen

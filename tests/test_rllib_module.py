@@ -1,0 +1,447 @@
+"""The policy network and its RLlib modules (agents.policy, agents.rllib.module), the training
+config, domain randomisation and the metrics callback. No Ray session: RLModules are built and run
+directly, on observations of the real env."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("ray.rllib")
+
+from ray.rllib.algorithms.dqn.default_dqn_rl_module import QF_NEXT_PREDS, QF_PREDS, QF_TARGET_NEXT_PREDS
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+from agents.policy import MASKED_LOGIT, ColocNet, NetSpec
+from agents.rllib.callbacks import episode_summary, tensorboard_scalars
+from agents.rllib.config import (
+    DomainRandomizationConfig,
+    TrainConfig,
+    build_train_config,
+    load_train_config,
+    resolved,
+)
+from agents.rllib.envs import PerturbedSampler, make_training_env, training_env_config
+from agents.rllib.module import ColocDQNModule, ColocPPOModule, net_model_config
+from env.config import CONFIGS, ConfigError
+from env.features import N_APP_FEATURES
+from env.gym_env import EnvConfig
+from env.scenario_sampler import SamplerConfig, ScenarioSampler
+from env.types import N_MOVES
+from env.vector_env import NodeVectorEnv, VectorActionMaskObs
+
+M = 6
+
+
+def env_batch(mode: str, n: int = 8, steps: int = 12, seed: int = 0) -> dict[str, np.ndarray]:
+    """Masked observations of the real vector env after a few random feasible moves."""
+    vec = VectorActionMaskObs(
+        NodeVectorEnv(n, EnvConfig(max_apps=M, action_mode=mode, episode_intervals=200))
+    )
+    obs, _ = vec.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        mask = obs["action_mask"].reshape(n, -1) > 0.5
+        if mode == "single":
+            act = np.array([rng.choice(np.flatnonzero(m)) for m in mask])
+        else:
+            act = np.array([[rng.choice(np.flatnonzero(s)) for s in m.reshape(M, N_MOVES)] for m in mask])
+        obs, *_ = vec.step(act)
+    return obs
+
+
+def torch_batch(obs: dict[str, np.ndarray]) -> dict:
+    return {Columns.OBS: {k: torch.as_tensor(v) for k, v in obs.items()}}
+
+
+def build(module_cls, mode: str, **extra):
+    vec = VectorActionMaskObs(NodeVectorEnv(1, EnvConfig(max_apps=M, action_mode=mode)))
+    spec = NetSpec(mode, M, 32, with_value=module_cls is ColocPPOModule)
+    return RLModuleSpec(
+        module_class=module_cls,
+        observation_space=vec.single_observation_space,
+        action_space=vec.single_action_space,
+        model_config={**net_model_config(spec), **extra},
+    ).build()
+
+
+def random_features(rng: np.random.Generator, present: list[bool]) -> torch.Tensor:
+    x = rng.uniform(0.0, 1.0, size=N_APP_FEATURES * M + 14).astype(np.float32)
+    for k, p in enumerate(present):
+        x[k * N_APP_FEATURES] = 1.0 if p else 0.0
+        if not p:
+            x[k * N_APP_FEATURES + 1 : (k + 1) * N_APP_FEATURES] = 0.0
+    return torch.as_tensor(x)
+
+
+def permute_slots(x: torch.Tensor, perm: list[int]) -> torch.Tensor:
+    apps = x[: N_APP_FEATURES * M].reshape(M, N_APP_FEATURES)[perm]
+    return torch.cat([apps.reshape(-1), x[N_APP_FEATURES * M :]])
+
+
+# ---- the network ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["single", "per_app"])
+def test_permuting_the_apps_permutes_their_scores_and_keeps_hold_and_value(mode):
+    torch.manual_seed(0)
+    net = ColocNet(NetSpec(mode, M, 32)).eval()
+    rng = np.random.default_rng(1)
+    x = random_features(rng, [True, True, False, True, True, False])
+    perm = [3, 0, 5, 1, 2, 4]  # slot k of the permuted input is slot perm[k] of the original
+    with torch.no_grad():
+        s, sp = net.scores(x[None])[0], net.scores(permute_slots(x, perm)[None])[0]
+        v, vp = net.value(x[None]), net.value(permute_slots(x, perm)[None])
+    per = N_MOVES if mode == "per_app" else N_MOVES - 1
+    off = 0 if mode == "per_app" else 1
+    apps, apps_p = s[off:].reshape(M, per), sp[off:].reshape(M, per)
+    torch.testing.assert_close(apps_p, apps[perm])
+    torch.testing.assert_close(vp, v)
+    if mode == "single":
+        torch.testing.assert_close(sp[0], s[0])
+    assert not torch.allclose(apps[0], apps[1])  # the apps are told apart by their features
+
+
+def test_padded_slots_do_not_change_what_the_present_apps_see():
+    torch.manual_seed(0)
+    net = ColocNet(NetSpec("single", M, 32)).eval()
+    x = random_features(np.random.default_rng(2), [True, True, True, False, False, False])
+    noisy = x.clone()
+    noisy[3 * N_APP_FEATURES + 1 : 6 * N_APP_FEATURES] = 0.9  # garbage in padded slots, present = 0
+    for k in (3, 4, 5):
+        noisy[k * N_APP_FEATURES] = 0.0
+    with torch.no_grad():
+        a, b = net.scores(x[None])[0], net.scores(noisy[None])[0]
+        torch.testing.assert_close(net.value(x[None]), net.value(noisy[None]))
+    torch.testing.assert_close(a[: 1 + 10 * 3], b[: 1 + 10 * 3])
+
+
+def test_more_apps_change_the_context_a_present_app_sees():
+    torch.manual_seed(0)
+    net = ColocNet(NetSpec("per_app", M, 32)).eval()
+    rng = np.random.default_rng(3)
+    x1 = random_features(rng, [True, False, False, False, False, False])
+    x2 = x1.clone()
+    x2[N_APP_FEATURES : 2 * N_APP_FEATURES] = random_features(rng, [True] * M)[:N_APP_FEATURES]
+    with torch.no_grad():
+        assert not torch.allclose(net.scores(x1[None])[0, :N_MOVES], net.scores(x2[None])[0, :N_MOVES])
+
+
+@pytest.mark.parametrize("mode", ["single", "per_app"])
+def test_pressure_mask_offers_more_memory_or_disk_only_to_apps_that_use_most_of_theirs(mode):
+    from agents.policy import PRESSURE_FRAC, pressure_mask
+    from env.features import APP_FEATURES
+    from env.gym_env import ActionCodec
+    from env.types import Move
+
+    names = [f.name for f in APP_FEATURES]
+    x = random_features(np.random.default_rng(4), [True] * 3 + [False] * 3)
+    use = {0: (0.95, 0.2), 1: (0.3, PRESSURE_FRAC), 2: (0.5, 0.5)}  # slot: (memory_used, disk_used)
+    for slot, (mem, disk) in use.items():
+        x[slot * N_APP_FEATURES + names.index("memory_used")] = mem
+        x[slot * N_APP_FEATURES + names.index("disk_used")] = disk
+    codec = ActionCodec(M, mode)
+    got = pressure_mask(x[None], M, mode)[0]
+    assert got.shape == (codec.mask_size,)
+    withheld = {(0, Move.UP_DISK), (1, Move.UP_MEM), (2, Move.UP_MEM), (2, Move.UP_DISK)}
+    withheld |= {(k, m) for k in range(3, M) for m in (Move.UP_MEM, Move.UP_DISK)}  # padded: use 0
+    for slot in range(M):
+        for move in Move:
+            if move is Move.HOLD and mode == "single":
+                continue
+            idx = codec.single_index(slot, move) if mode == "single" else slot * N_MOVES + move.value
+            assert bool(got[idx]) is ((slot, move) not in withheld), (slot, move)
+    if mode == "single":
+        assert bool(got[0])  # HOLD
+    # the network's own choice respects it, even when a withheld move scores highest
+    torch.manual_seed(0)
+    net = ColocNet(NetSpec(mode, M, 32, pressure_mask=True)).eval()
+    free = ColocNet(NetSpec(mode, M, 32, pressure_mask=False)).eval()
+    free.load_state_dict(net.state_dict())
+    target = codec.single_index(2, Move.UP_MEM) if mode == "single" else 2 * N_MOVES + Move.UP_MEM.value
+    with torch.no_grad():
+        for n in (net, free):
+            bias = n.app_head[-1].bias
+            bias.zero_()
+            bias[Move.UP_MEM.value - (mode == "single")] = 50.0  # UP MEM wins in every slot
+    env_mask = torch.ones(1, codec.mask_size)
+    with torch.no_grad():
+        chosen = net.masked_scores(x[None], env_mask).argmax(dim=-1).item()
+        assert free.masked_scores(x[None], env_mask)[0, target] > -1e30  # without it: offered
+        assert net.masked_scores(x[None], env_mask)[0, target] == MASKED_LOGIT
+    assert chosen == (codec.single_index(0, Move.UP_MEM) if mode == "single" else Move.UP_MEM.value)
+
+
+# ---- RLlib modules ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["single", "per_app"])
+def test_ppo_module_never_samples_a_masked_move(mode):
+    torch.manual_seed(0)
+    module = build(ColocPPOModule, mode)
+    obs = env_batch(mode)
+    mask = obs["action_mask"] > 0.5
+    assert (~mask).any(), "the batch should contain infeasible moves"
+    out = module.forward_exploration(torch_batch(obs))
+    logits = out[Columns.ACTION_DIST_INPUTS]
+    assert torch.all(logits[torch.as_tensor(~mask)] == MASKED_LOGIT)
+    dist = module.get_exploration_action_dist_cls().from_logits(logits)
+    for _ in range(50):
+        a = dist.sample().numpy()
+        if mode == "single":
+            assert mask[np.arange(len(a)), a].all()
+        else:
+            slots = mask.reshape(len(a), M, N_MOVES)
+            assert np.take_along_axis(slots, a[..., None], axis=-1).all()
+    greedy = (
+        module.get_inference_action_dist_cls()
+        .from_logits(module.forward_inference(torch_batch(obs))[Columns.ACTION_DIST_INPUTS])
+        .to_deterministic()
+        .sample()
+    )
+    expected = module.net.greedy(torch.as_tensor(obs["observations"]), torch.as_tensor(obs["action_mask"]))
+    assert torch.equal(greedy.long(), expected)
+    assert torch.isfinite(dist.entropy()).all() and torch.isfinite(dist.logp(dist.sample())).all()
+
+
+def test_ppo_module_trains_on_masked_logits_and_has_a_value_per_row():
+    torch.manual_seed(0)
+    module = build(ColocPPOModule, "single")
+    batch = torch_batch(env_batch("single", n=4))
+    out = module.forward_train(batch)
+    values = module.compute_values(batch)
+    assert values.shape == (4,) and torch.isfinite(values).all()
+    loss = -module.get_train_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS]).entropy().mean()
+    loss.backward()
+    assert module.net.app_head[-1].weight.grad is not None
+
+
+def test_dqn_module_masks_q_values_and_explores_only_feasible_moves():
+    torch.manual_seed(0)
+    module = build(ColocDQNModule, "single", epsilon=[(0, 1.0), (10, 1.0)], double_q=True)
+    obs = env_batch("single")
+    mask = obs["action_mask"] > 0.5
+    q = module.compute_q_values(torch_batch(obs))[QF_PREDS]
+    assert torch.isneginf(q[torch.as_tensor(~mask)]).all() and torch.isfinite(q[torch.as_tensor(mask)]).all()
+    for _ in range(20):
+        a = module.forward_exploration(torch_batch(obs), t=0)[Columns.ACTIONS].numpy()
+        assert mask[np.arange(len(a)), a].all()
+    greedy = module.forward_inference(torch_batch(obs))[Columns.ACTIONS]
+    assert torch.equal(greedy, q.argmax(dim=-1))
+    module.make_target_networks()
+    ((main, target),) = module.get_target_network_pairs()
+    assert main is module.net and target is not main
+    nxt = env_batch("single", seed=1)
+    batch = {**torch_batch(obs), Columns.NEXT_OBS: torch_batch(nxt)[Columns.OBS]}
+    out = module.forward_train(batch)
+    assert out[QF_PREDS].shape == out[QF_NEXT_PREDS].shape == out[QF_TARGET_NEXT_PREDS].shape == q.shape
+    assert torch.isneginf(out[QF_TARGET_NEXT_PREDS][torch.as_tensor(nxt["action_mask"] < 0.5)]).all()
+
+
+def test_dqn_module_refuses_per_app_mode():
+    with pytest.raises(ValueError, match="single"):
+        build(ColocDQNModule, "per_app", epsilon=0.1)
+
+
+# ---- config -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", sorted((CONFIGS / "train").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_training_config_builds_and_round_trips(path: Path):
+    config = load_train_config(path)
+    assert build_train_config(resolved(config)) == config
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["ppo.lrr=0.1"], "train.ppo.lrr: unknown key (did you mean 'lr'?)"),
+        (["bogus=1"], "train.bogus: unknown key"),
+        (["env.max_apps=two"], "train.env.max_apps: expected an integer"),
+        (["algo=dqn", "env.action_mode=per_app"], "env.action_mode: single"),
+        (["env.scenario=fig9-ramp"], "env.scenario"),
+        (["domain_randomization.factors.threads=[1, 2]"], "domain_randomization.factors.threads"),
+        (["eval.scenarios=[nope]"], "eval.scenarios"),
+        (["ppo.lr"], "expected key=value"),
+    ],
+)
+def test_bad_overrides_name_the_field(overrides, needle):
+    with pytest.raises(ConfigError) as e:
+        build_train_config({}, overrides)
+    assert needle in str(e.value)
+
+
+def test_overrides_set_nested_fields_and_read_numbers_like_1e_4():
+    c = build_train_config(
+        {"ppo": {"lr": 0.1}}, ["ppo.lr=1e-4", "env.max_apps=3", "eval.scenarios=[fig9-ramp]"]
+    )
+    assert c.ppo.lr == pytest.approx(1e-4) and c.env.max_apps == 3 and c.eval.scenarios == ("fig9-ramp",)
+    assert c.env.sampler is not None and c.env.sampler.mix_max == 3  # the sampler follows max_apps
+    assert TrainConfig().env.sampler is not None and TrainConfig().env.sampler.mix_max == 6
+
+
+# ---- domain randomisation -----------------------------------------------------------------------------------
+def test_perturbed_sampler_draws_factors_in_range_deterministically():
+    dr = DomainRandomizationConfig(factors={"service": (0.8, 1.25), "frac_mem": (1.0, 1.0)})
+    sampler = PerturbedSampler(ScenarioSampler(SamplerConfig()), dr)
+    a = [sampler.sample(np.random.default_rng(7)) for _ in range(2)]
+    assert a[0] == a[1]
+    seen = []
+    for scn in (sampler.sample(np.random.default_rng(s)) for s in range(30)):
+        for e in scn.apps:
+            assert set(e.perturb) == {"service", "frac_mem"} and e.perturb["frac_mem"] == 1.0
+            assert 0.8 <= e.perturb["service"] <= 1.25
+            seen.append(e.perturb["service"])
+    assert min(seen) < 0.9 and max(seen) > 1.1  # spread over the range
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_training_env_runs_perturbed_profiles_when_enabled(enabled):
+    config = build_train_config({}, [f"domain_randomization.enabled={str(enabled).lower()}"])
+    env = make_training_env({**training_env_config(config), "num_envs": 2})
+    obs, _ = env.reset(seed=3)
+    assert set(obs) == {"observations", "action_mask"} and obs["action_mask"].shape == (2, 61)
+    for node in env.unwrapped.fleet.nodes:
+        perturbs = [e.perturb for e in node.scenario.apps]
+        if enabled:
+            assert all(set(p) == set(config.domain_randomization.factors) for p in perturbs)
+        else:
+            assert all(p == {} for p in perturbs)
+
+
+def test_the_learner_sees_scaled_rewards_and_the_metrics_unscaled_terms():
+    config = build_train_config({}, ["reward_scale=0.25"])
+    vec = make_training_env({**training_env_config(config), "num_envs": 3})
+    vec.reset(seed=4)
+    _, reward, *_, info = vec.step(np.zeros(3, dtype=np.int64))
+    np.testing.assert_allclose(reward, 0.25 * np.asarray(info["reward_terms"]["reward"]))
+    scalar = make_training_env(training_env_config(config))
+    scalar.reset(seed=4)
+    _, r, *_, info = scalar.step(0)
+    assert r == pytest.approx(0.25 * info["reward_terms"]["reward"]) and r != 0
+
+
+# ---- metrics ------------------------------------------------------------------------------------------------
+def test_episode_summary_averages_the_step_infos():
+    reset = {"action_mask": None, "scenario": "s"}
+    steps = [
+        {
+            "qos_met": True,
+            "moves": "HOLD",
+            "infeasible_action": False,
+            "reward_terms": {"violation": 0.0, "be_throughput": 0.4, "reclaimed": 0.2},
+        },
+        {
+            "qos_met": False,
+            "moves": "a:<UP,CORE> from be",
+            "infeasible_action": True,
+            "reward_terms": {"violation": 2.0, "be_throughput": 0.2, "reclaimed": 0.4},
+        },
+    ]
+    s = episode_summary([reset, *steps])
+    assert s == pytest.approx(
+        {
+            "qos/met_frac": 0.5,
+            "qos/violation_mean": 1.0,
+            "be/throughput_mean": 0.3,
+            "be/reclaimed_mean": 0.3,
+            "train/refused_frac": 0.5,
+            "train/hold_frac": 0.5,
+        }
+    )
+    assert episode_summary([reset]) is None
+
+
+def test_tensorboard_scalars_use_the_fixed_namespaces():
+    result = {
+        "env_runners": {
+            "episode_return_mean": -3.0,
+            "num_env_steps_sampled_lifetime": 4096,
+            "qos/met_frac": 0.75,
+            "be/throughput_mean": 0.3,
+            "episode_len_mean": float("nan"),
+        },
+        "learners": {"default_policy": {"policy_loss": 0.1, "entropy": 2.0}},
+    }
+    tags = tensorboard_scalars(result)
+    assert tags == {
+        "train/episode_return_mean": -3.0,
+        "train/env_steps": 4096.0,
+        "qos/met_frac": 0.75,
+        "be/throughput_mean": 0.3,
+        "train/policy_loss": 0.1,
+        "train/entropy": 2.0,
+    }
+    assert all(t.split("/")[0] in ("train", "qos", "be") for t in tags)
+
+
+def test_node_scenarios_are_visible_to_the_tests():
+    # guards the assumption of test_training_env_runs_perturbed_profiles_when_enabled
+    vec = NodeVectorEnv(1, EnvConfig(max_apps=2))
+    vec.reset(seed=0)
+    assert dataclasses.is_dataclass(vec.fleet.nodes[0].scenario)
+
+
+# ---- warm start (imitation) ---------------------------------------------------------------------------------
+def _decision_cases():
+    from env.sim.node import SimNode
+    from env.sim.scenario import simple_scenario
+
+    node = SimNode(simple_scenario({"memcached": 0.3, "xapian": 0.2}, seed=0), seed=0)
+    obs, caps = node.observe(), node.capabilities()
+    return obs, caps
+
+
+@pytest.mark.parametrize("mode", ["single", "per_app"])
+def test_teacher_decisions_become_labels_in_the_action_layout(mode):
+    from agents.rllib.imitation import label
+    from env.gym_env import ActionCodec
+    from env.moves import plan_move
+    from env.types import Decision, Move
+
+    obs, caps = _decision_cases()
+    codec = ActionCodec(4, mode)
+    mask = codec.mask(obs, caps)
+    hold = 0 if mode == "single" else [0, 0, 0, 0]
+    a, ok = label(Decision.hold(), obs, caps, codec, mask)
+    assert ok and np.array_equal(a, hold)
+    a, ok = label(Decision(obs.allocation, move=Move.UP_CORE, app="xapian"), obs, caps, codec, mask)
+    assert ok and np.array_equal(a, hold)  # no change: HOLD
+    plan = plan_move(obs, caps, "xapian", Move.UP_CACHE)
+    a, ok = label(Decision(plan.allocation, move=Move.UP_CACHE, app="xapian"), obs, caps, codec, mask)
+    assert ok and np.array_equal(a, 1 + 10 * 1 + 1 if mode == "single" else [0, Move.UP_CACHE.value, 0, 0])
+    assert codec.decode(a, obs, caps).allocation == plan.allocation
+    a, ok = label(Decision(plan.allocation, reason="no single move"), obs, caps, codec, mask)
+    assert not ok and np.array_equal(a, hold)
+    blocked = mask.copy()
+    blocked.reshape(-1)[:] = False
+    a, ok = label(Decision(plan.allocation, move=Move.UP_CACHE, app="xapian"), obs, caps, codec, blocked)
+    assert not ok and np.array_equal(a, hold)
+
+
+def test_imitation_fits_the_teachers_decisions():
+    from agents.rllib.imitation import collect_demonstrations, pretrain
+
+    config = build_train_config(
+        {},
+        [
+            "warm_start.teacher=parties",
+            "warm_start.episodes=2",
+            "warm_start.epochs=600",
+            "warm_start.lr=0.003",
+            "env.sampler.duration_s=[15, 20]",
+            "model.hidden_units=64",
+        ],
+    )
+    demos = collect_demonstrations(config, config.warm_start, gamma=0.95, seed=3)
+    assert len(demos) == len(demos.masks) == len(demos.actions) == len(demos.returns) > 40
+    assert demos.moves > 0 and demos.episodes == 2
+    assert np.all(demos.masks[np.arange(len(demos)), demos.actions] == 1.0)  # labels are feasible
+    torch.manual_seed(0)
+    net = ColocNet(NetSpec("single", 6, 64))
+    with torch.no_grad():
+        before = (
+            net.greedy(torch.as_tensor(demos.features), torch.as_tensor(demos.masks)).numpy() == demos.actions
+        ).mean()
+    stats = pretrain(net, demos, config.warm_start, seed=0)
+    assert stats.accuracy > before + 0.3 and stats.accuracy > 0.5
+    assert stats.value_r2 > 0.5

@@ -1,0 +1,278 @@
+"""train.py: --help, bad input (exit 2, nothing created) and, with a Ray session, a tiny end-to-end
+run: TensorBoard tags, checkpoints, the resolved config, the exported policy, the comparison with
+PARTIES in the schema of `evaluate.py compare`, and resume (in place; refused across layouts)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+import train
+from agents.rllib.config import build_train_config, load_train_config, resolved
+from agents.rllib.trainer import CHECKPOINT_FILES, CHECKPOINT_META, checkpoint_meta
+
+TINY = [
+    "iterations=2",
+    "checkpoint_every=1",
+    "keep_checkpoints=2",
+    "model.hidden_units=32",
+    "env.sampler.duration_s=[10, 20]",
+    "ppo.train_batch_size=128",
+    "ppo.minibatch_size=64",
+    "ppo.num_epochs=1",
+    "resources.num_env_runners=0",
+    "resources.num_envs_per_env_runner=2",
+]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = train.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def fake_checkpoint(root: Path, overrides: list[str], iteration: int = 3) -> Path:
+    """A run directory with one checkpoint whose coloc.json describes the given config."""
+    ckpt = root / "checkpoints" / f"iter_{iteration:06d}"
+    ckpt.mkdir(parents=True)
+    config = load_train_config("ppo-single", overrides)
+    for name in CHECKPOINT_FILES:  # RLlib's files, empty: these tests stop before they are read
+        (ckpt / name).parent.mkdir(parents=True, exist_ok=True)
+        (ckpt / name).touch()
+    (ckpt / CHECKPOINT_META).write_text(json.dumps(checkpoint_meta(config, iteration, 100)))
+    (root / "config.yaml").write_text(yaml.safe_dump(resolved(config)))
+    return ckpt
+
+
+def test_help_explains_the_flags(capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    for flag in (
+        "--config",
+        "--set",
+        "--out",
+        "--ray-address",
+        "--num-env-runners",
+        "--resume",
+        "exit status 2",
+    ):
+        assert flag in text
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--config", "nope"], "unknown train 'nope'"),
+        (["--config", "ppo-single", "--set", "ppo.lrr=1"], "ppo.lrr: unknown key"),
+        (["--config", "ppo-single", "--set", "iterations=many"], "iterations: expected an integer"),
+        (
+            ["--config", "ppo-single", "--set", "algo=dqn", "--set", "env.action_mode=per_app"],
+            "env.action_mode",
+        ),
+        (["--config", "ppo-single", "--set", "novalue"], "expected key=value"),
+        (
+            ["--config", "ppo-single", "--num-env-runners", "0", "--set", "eval.scenarios=[nope]"],
+            "eval.scenarios",
+        ),
+        (
+            ["--config", "ppo-single", "--num-env-runners", "0", "--set", "eval.single_app_baselines=[nope]"],
+            "eval.single_app_baselines: unknown controller 'nope'",
+        ),
+        ([], "--config is required"),
+    ],
+)
+def test_bad_config_exits_2_and_creates_nothing(capsys, tmp_path, args, needle):
+    out = tmp_path / "run"
+    rc, _, err = run(capsys, *args, "--out", str(out))
+    assert rc == 2 and "train.py: error:" in err and needle in err
+    assert not out.exists()
+
+
+def test_unknown_key_in_a_config_file_names_the_field(capsys, tmp_path):
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text("algo: ppo\nppo:\n  lr: 0.001\n  epochs: 3\n")
+    rc, _, err = run(capsys, "--config", str(cfg), "--out", str(tmp_path / "run"))
+    assert rc == 2 and "mine.yaml.ppo.epochs: unknown key" in err and not (tmp_path / "run").exists()
+
+
+def test_a_non_empty_out_is_refused_without_overwrite(capsys, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    rc, _, err = run(capsys, "--config", "ppo-single", "--out", str(out))
+    assert rc == 2 and "not empty" in err and (out / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("ckpt_overrides", "extra", "needle"),
+    [
+        (["env.action_mode=per_app"], [], "action_mode='per_app'"),
+        (["env.max_apps=4"], [], "max_apps=4"),
+        (["model.hidden_units=32"], [], "hidden_units=32"),
+        (["model.pressure_mask=false"], [], "model.pressure_mask=False"),
+        (["algo=dqn"], [], "algo 'dqn'"),
+        ([], ["--set", "iterations=2"], "already trained 3 iterations"),
+    ],
+)
+def test_resuming_an_incompatible_checkpoint_exits_2(capsys, tmp_path, ckpt_overrides, extra, needle):
+    old = tmp_path / "old"
+    fake_checkpoint(old, ckpt_overrides)
+    out = tmp_path / "new"
+    rc, _, err = run(capsys, "--config", "ppo-single", "--resume", str(old), "--out", str(out), *extra)
+    assert rc == 2 and needle in err and not out.exists()
+
+
+@pytest.mark.parametrize("damage", ["missing_dir", "no_checkpoint", "corrupt_meta"])
+def test_resuming_a_missing_or_damaged_checkpoint_exits_2(capsys, tmp_path, damage):
+    old = tmp_path / "old"
+    if damage == "no_checkpoint":
+        (old / "checkpoints").mkdir(parents=True)
+    elif damage == "corrupt_meta":
+        ckpt = fake_checkpoint(old, [])
+        (ckpt / CHECKPOINT_META).write_text("{not json")
+    rc, _, err = run(capsys, "--config", "ppo-single", "--resume", str(old), "--out", str(tmp_path / "new"))
+    assert rc == 2 and "--resume" in err and not (tmp_path / "new").exists()
+
+
+def test_resume_without_config_reuses_the_runs_config(capsys, tmp_path):
+    old = tmp_path / "old"
+    fake_checkpoint(old, ["env.max_apps=4", "iterations=3"])
+    # the config saved with the checkpoint asks for 3 iterations, as many as done: refused, so it was read
+    rc, _, err = run(capsys, "--resume", str(old), "--out", str(old))
+    assert rc == 2 and "already trained 3 iterations and the config asks for 3" in err
+
+
+# ---- end to end (Ray) -------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def tb_tags(logdir: Path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags: set[str] = set()
+    for f in logdir.glob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(f))
+        acc.Reload()
+        tags |= set(acc.Tags()["scalars"])
+    return tags
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_train_checkpoint_export_evaluate_and_resume(ray_session, capsys, tmp_path):
+    from agents.policy import load_policy
+
+    out = tmp_path / "run"
+    overrides = [a for o in TINY for a in ("--set", o)]
+    eval_set = ["--set", "eval.scenarios=[mix3-const]", "--set", "eval.seeds=1"]
+    rc, stdout, err = run(capsys, "--config", "ppo-single", "--out", str(out), *overrides, *eval_set)
+    assert rc == 0, err
+    assert "iter 1/2" in stdout and "iter 2/2" in stdout and "ETA" in stdout
+    # the resolved config loads back into the config that ran
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["argv"][:2] == ["--config", "ppo-single"] and run_json["status"] == "done"
+    expected = load_train_config("ppo-single", [*TINY, "eval.scenarios=[mix3-const]", "eval.seeds=1"])
+    assert build_train_config(saved) == expected == load_train_config(out / "config.yaml")
+    # progress, TensorBoard in the fixed namespaces, checkpoints, the policy
+    lines = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
+    assert [x["iteration"] for x in lines] == [1, 2] and lines[1]["env_steps"] >= 256
+    tags = tb_tags(out / "tb")
+    assert {"train/episode_return_mean", "train/policy_loss", "qos/met_frac", "be/throughput_mean"} <= tags
+    assert {t.split("/")[0] for t in tags} <= {"train", "qos", "be"}
+    assert [p.name for p in sorted((out / "checkpoints").iterdir())] == ["iter_000001", "iter_000002"]
+    policy = load_policy(out / "policy.pt", expect_mode="single", expect_max_apps=6)
+    assert policy.meta.trained_iterations == 2 and policy.meta.algo == "ppo"
+    # the comparison with PARTIES, in the schema of `evaluate.py compare`
+    summary = json.loads((out / "eval" / "mix3-const" / "summary.json").read_text())
+    assert summary["scenario"] == "mix3-const" and set(summary) >= {"scenario_file", "units", "results"}
+    assert {r["controller"] for r in summary["results"]} == {f"rl:{out / 'policy.pt'}", "parties"}
+    for row in summary["results"]:
+        assert {"qos_guarantee", "lc_emu", "be_throughput", "convergence_s", "decide_ms_p50"} <= set(row)
+    assert "| parties |" in stdout and (out / "eval" / "summary.md").is_file()
+    assert json.loads((out / "run.json").read_text())["iterations"] == 2
+
+    # resume in place for one more iteration: the counter continues, the oldest checkpoint rotates out
+    rc, stdout, err = run(
+        capsys,
+        "--resume",
+        str(out),
+        "--out",
+        str(out),
+        "--set",
+        "iterations=3",
+        "--set",
+        "eval.enabled=false",
+    )
+    assert rc == 0, err
+    assert "resumed from" in stdout and "iter 3/3" in stdout
+    lines = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
+    assert [x["iteration"] for x in lines] == [1, 2, 3] and lines[2]["env_steps"] > lines[1]["env_steps"]
+    assert [p.name for p in sorted((out / "checkpoints").iterdir())] == ["iter_000002", "iter_000003"]
+    assert load_policy(out).meta.trained_iterations == 3
+
+    # a checkpoint whose RLlib state is damaged or missing: exit 2, nothing created
+    broken = tmp_path / "broken" / "checkpoints" / "iter_000003"
+    shutil.copytree(out / "checkpoints" / "iter_000003", broken)
+    weights = broken / "learner_group" / "learner" / "rl_module" / "default_policy" / "module_state.pkl"
+    weights.write_bytes(weights.read_bytes()[:100])
+    fresh = tmp_path / "fresh"
+    rc, _, err = run(capsys, "--resume", str(broken), "--out", str(fresh), "--set", "iterations=5")
+    assert rc == 2 and "cannot restore" in err and not fresh.exists()
+    shutil.rmtree(broken / "learner_group")
+    rc, _, err = run(capsys, "--resume", str(broken), "--out", str(fresh), "--set", "iterations=5")
+    assert rc == 2 and "damaged checkpoint, missing" in err and not fresh.exists()
+
+
+def test_the_demo_compares_the_policy_with_every_baseline():
+    """`make demo` is `train.py --config demo`: its evaluation lists every baseline of the issue,
+    the single-app controllers (Intel PRM, Q-PRM) on the scenarios with one LC app."""
+    config = load_train_config("demo")
+    assert config.eval.enabled
+    every = {"unmanaged", "static", "parties", "heracles", "oracle", "coco", "bo"}
+    assert every <= set(config.eval.baselines)
+    assert {"prm", "qprm-step"} <= set(config.eval.single_app_baselines)
+    assert "qprm-sinusoid" in config.eval.scenarios  # a one-app scenario, where PRM and Q-PRM run
+    assert config.max_train_minutes is not None and config.max_train_minutes <= 5
+
+
+def test_eval_specs_add_single_app_baselines_only_to_one_app_scenarios(tmp_path):
+    from agents.rllib.trainer import eval_specs
+
+    config = load_train_config("demo", ["eval.baselines=[parties]", "eval.single_app_baselines=[prm]"])
+    policy = tmp_path / "policy.pt"
+    assert eval_specs(policy, config, n_lc_apps=1) == [f"rl:{policy}", "parties", "prm"]
+    assert eval_specs(policy, config, n_lc_apps=3) == [f"rl:{policy}", "parties"]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_run_keeps_to_its_time_budget_and_returns_a_servable_policy(ray_session, tmp_path):
+    import io
+
+    from agents.policy import load_policy
+    from agents.rllib.trainer import RunOptions, train
+
+    log = io.StringIO()
+    budget = ["iterations=3", "checkpoint_every=10", "max_train_minutes=0.001", "eval.enabled=false"]
+    config = load_train_config("demo", [*TINY, *budget])
+    outcome = train(config, RunOptions(out=tmp_path / "demo", log=log))
+    assert outcome.policy == tmp_path / "demo" / "policy.pt"
+    # the budget ran out during the first iteration: it stopped there, with a checkpoint
+    assert "time budget of 0.001 min reached: stopping after 1 of 3 iterations" in log.getvalue()
+    assert load_policy(outcome.policy).meta.trained_iterations == 1
+    assert [p.name for p in (tmp_path / "demo" / "checkpoints").iterdir()] == ["iter_000001"]

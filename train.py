@@ -1,0 +1,133 @@
+#!/usr/bin/env python
+"""train.py: train an RL resource manager in simulation with RLlib (DESIGN §1, use 1).
+
+The policy is one network for any mix of up to env.max_apps LC apps (agents/policy.py), trained
+with PPO (action modes single and per_app) or DQN (single) on random mixes of 1..6 apps, loads and
+load traces drawn by the scenario sampler (held-out mixes excluded), with the apps' physical
+parameters perturbed every episode (domain randomisation), optionally after imitating PARTIES
+(warm_start). At the end the trained policy is compared with the baselines (PARTIES) on held-out
+scenarios, as `evaluate.py compare` does.
+
+  train.py --config demo --out runs/demo                      # a few minutes (configs/train/demo.yaml)
+  train.py --config full --out runs/full                      # the full-length run (<= 30 min here)
+  train.py --config ppo-single --out runs/ppo --set ppo.lr=1e-4   # --set KEY=VALUE, validated
+  train.py --resume runs/full --out runs/full --set iterations=400 --set max_train_minutes=null
+  train.py --config full --out runs/full --ray-address 10.0.0.1:6379 --num-env-runners 30
+
+Ctrl-C (or SIGTERM) saves a checkpoint of the last finished iteration; --resume continues from it.
+
+Output (--out DIR): config.yaml (the resolved config), progress.jsonl, tb/ (TensorBoard: train/,
+qos/, be/), checkpoints/iter_NNNNNN/, policy.pt (load with torch alone; evaluate it with
+`evaluate.py compare --controllers rl:DIR/policy.pt,parties ...`), eval/<scenario>/summary.json
+(schema of `evaluate.py compare`), eval/summary.md, run.json.
+
+Bad input - an unknown config key (in the file or a --set), a checkpoint to resume from another
+algorithm, action layout or max_apps, a missing or damaged checkpoint, a non-empty --out without
+--overwrite, a Ray cluster that cannot be reached or is too small - is reported before anything is
+created, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from env.config import ConfigError
+
+EXIT_BAD_INPUT = 2
+
+
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    doc = __doc__ or ""
+    p = argparse.ArgumentParser(
+        prog="train.py",
+        description=doc.split("\n\nBad input")[0],
+        epilog="Bad input" + doc.split("\n\nBad input")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--config",
+        help="training config: a name in configs/train/ (ppo-single, ppo-per-app, dqn-single, demo, full) "
+        "or a YAML path; optional with --resume (the config saved with the checkpoint is reused)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field by its dotted path, e.g. --set ppo.lr=1e-4 --set env.max_apps=4 "
+        "(validated like the file; repeatable)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="run directory (created; must be empty unless --overwrite or resuming it)",
+    )
+    p.add_argument(
+        "--ray-address",
+        help="join an existing Ray cluster (e.g. HEAD_IP:6379, as printed by `ray start --head`); default: "
+        "start a local session with resources.local_num_cpus CPUs",
+    )
+    p.add_argument(
+        "--num-env-runners",
+        type=_count,
+        help="sampling actors (overrides resources.num_env_runners; 0 = sample in this process)",
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        metavar="DIR",
+        help="continue from the latest checkpoint of run DIR (or from checkpoint DIR itself)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace a non-empty --out (not with --resume of it)"
+    )
+    p.add_argument(
+        "--verbose", action="store_true", help="show Ray's and RLlib's own log messages (hidden below errors)"
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        from agents.rllib.trainer import RunOptions, load_config_for, quiet_ray_logs, train
+
+        if not args.verbose:  # the progress lines are the output; Ray's INFO/WARNING chatter buries them
+            quiet_ray_logs()
+
+        config = load_config_for(args.config, args.overrides, args.resume)
+        options = RunOptions(
+            out=Path(args.out),
+            ray_address=args.ray_address,
+            num_env_runners=args.num_env_runners,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            argv=tuple(argv),
+        )
+        train(config, options)
+        return 0
+    except ConfigError as e:
+        print(f"train.py: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
