@@ -247,7 +247,9 @@ def _serve_loop_overhead() -> list[dict[str, Any]]:
     def factory(spec: str):
         return lambda caps, scn, node: make_controller(spec, ControllerContext(caps, scn, node, 0))
 
-    return [bench_sim(factory(s), scenario="mix6-const", label=f"serve loop, {s}") for s in ("parties", "static")]
+    return [
+        bench_sim(factory(s), scenario="mix6-const", label=f"serve loop, {s}") for s in ("parties", "static")
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -58,7 +58,9 @@ def resolve_config(kind: str, name_or_path: str | Path, suffix: str = ".yaml") -
 def build(cls: type[T], data: Any, where: str) -> T:
     """Build dataclass `cls` from `data`, strictly. `where` prefixes error messages."""
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping with keys {_field_names(cls)}, got {type(data).__name__}")
+        raise ConfigError(
+            f"{where}: expected a mapping with keys {_field_names(cls)}, got {type(data).__name__}"
+        )
     hints = get_type_hints(cls)
     flds = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
     unknown = [k for k in data if k not in flds]

@@ -676,10 +676,14 @@ class EmergencyGuard:
         # the apps missing their targets lose nothing; healthy LC apps may still give to them
         # (PARTIES' own remedy, Sec. 4.2.4: the victim is the app with the most slack)
         missing = {a.name for a in obs.apps if not a.meets_qos}
-        out = limit_lc_decreases(obs.allocation, target, caps, lambda app, res: 0.0 if app in missing else math.inf)
+        out = limit_lc_decreases(
+            obs.allocation, target, caps, lambda app, res: 0.0 if app in missing else math.inf
+        )
         if out == target:
             return decision, ""
-        return dataclasses.replace(decision, allocation=out), "no reduction of a violating app during an emergency"
+        return dataclasses.replace(
+            decision, allocation=out
+        ), "no reduction of a violating app during an emergency"
 
 
 def emergency_allocation(current: Allocation, violators: Sequence[str], caps: Capabilities) -> Allocation:

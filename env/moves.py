@@ -61,7 +61,9 @@ def _latency_slack(obs: Observation) -> dict[str, float]:
     return out
 
 
-def victim_candidates(obs: Observation, alloc: Allocation, caps: Capabilities, app: str, res: Resource) -> list[str | None]:
+def victim_candidates(
+    obs: Observation, alloc: Allocation, caps: Capabilities, app: str, res: Resource
+) -> list[str | None]:
     """Counterparts for an UP move of `res`, in PARTIES' order of preference (None = idle pool)."""
     order: list[str | None] = [None]
     order += [b.name for b in caps.be_apps if b.name in alloc]
@@ -77,7 +79,9 @@ def victim_candidates(obs: Observation, alloc: Allocation, caps: Capabilities, a
     return order
 
 
-def _candidates(obs: Observation, alloc: Allocation, caps: Capabilities, app: str, move: Move) -> list[str | None]:
+def _candidates(
+    obs: Observation, alloc: Allocation, caps: Capabilities, app: str, move: Move
+) -> list[str | None]:
     """The counterparts tried for `move`, in order (the one rule used by plan_move and move_mask)."""
     res = move.resource
     assert res is not None
@@ -88,7 +92,9 @@ def _candidates(obs: Observation, alloc: Allocation, caps: Capabilities, app: st
     return victim_candidates(obs, alloc, caps, app, res)
 
 
-def plan_move(obs: Observation, caps: Capabilities, app: str, move: Move, alloc: Allocation | None = None) -> PlannedMove:
+def plan_move(
+    obs: Observation, caps: Capabilities, app: str, move: Move, alloc: Allocation | None = None
+) -> PlannedMove:
     """The allocation after `move` for `app`, with the counterpart chosen by the rule above."""
     alloc = obs.allocation if alloc is None else alloc
     if move is Move.HOLD:
@@ -100,7 +106,13 @@ def plan_move(obs: Observation, caps: Capabilities, app: str, move: Move, alloc:
             return PlannedMove(app, move, alloc.with_move(app, move, caps, c), c, "")
         reasons.append(why)
     if move.direction is Direction.UP and move.resource is not Resource.FREQ:
-        return PlannedMove(app, move, None, None, f"no victim can give one unit of {move.resource.value}: {reasons[-1] if reasons else ''}")
+        return PlannedMove(
+            app,
+            move,
+            None,
+            None,
+            f"no victim can give one unit of {move.resource.value}: {reasons[-1] if reasons else ''}",
+        )
     return PlannedMove(app, move, None, None, reasons[-1] if reasons else "infeasible")
 
 
@@ -111,5 +123,7 @@ def move_mask(obs: Observation, caps: Capabilities, app: str, alloc: Allocation 
     mask = np.zeros(N_MOVES, dtype=bool)
     mask[0] = True
     for m in list(Move)[1:]:
-        mask[m.value] = any(not alloc.infeasible_reason(app, m, caps, c) for c in _candidates(obs, alloc, caps, app, m))
+        mask[m.value] = any(
+            not alloc.infeasible_reason(app, m, caps, c) for c in _candidates(obs, alloc, caps, app, m)
+        )
     return mask

@@ -478,14 +478,18 @@ def validate_allocation(alloc: Allocation, caps: Capabilities) -> None:
         if abs(a.cores / caps.core_step - round(a.cores / caps.core_step)) > 1e-6:
             raise AllocationError(f"{a.name}.cores = {a.cores}: must be a multiple of {caps.core_step}")
         if not (0.0 <= a.cpu_quota <= a.cores + _EPS):
-            raise AllocationError(f"{a.name}.cpu_quota = {a.cpu_quota}: allowed 0 (none)..{a.cores} (its group's cores)")
+            raise AllocationError(
+                f"{a.name}.cpu_quota = {a.cpu_quota}: allowed 0 (none)..{a.cores} (its group's cores)"
+            )
         if a.core_group in groups and groups[a.core_group] != (a.cores, a.freq_mhz):
             raise AllocationError(
                 f"{a.name}: apps of core group {a.core_group} must agree on cores and freq_mhz"
             )
         groups[a.core_group] = (a.cores, a.freq_mhz)
         if not (caps.min_llc_ways <= a.llc_ways <= caps.llc_ways):
-            raise AllocationError(f"{a.name}.llc_ways = {a.llc_ways}: allowed {caps.min_llc_ways}..{caps.llc_ways}")
+            raise AllocationError(
+                f"{a.name}.llc_ways = {a.llc_ways}: allowed {caps.min_llc_ways}..{caps.llc_ways}"
+            )
         if not (0 <= a.clos < max(caps.clos_count, 1)):
             raise AllocationError(f"{a.name}.clos = {a.clos}: allowed 0..{max(caps.clos_count, 1) - 1}")
         if a.clos in closes and closes[a.clos] != (a.llc_ways, a.mba_pct):
