@@ -501,13 +501,14 @@ class MemoryFeed:
 # -- writers -----------------------------------------------------------------------------------
 
 
-class _LinePublisher:
+class _LinePublisher(abc.ABC):
     """One reading = one encoded line handed to `_send`; send errors are counted, never raised (the
     feed is best effort)."""
 
-    _wall: WallClock
-    sent: int
-    send_errors: int
+    def __init__(self, wall_clock: WallClock) -> None:
+        self._wall = wall_clock
+        self.sent = 0
+        self.send_errors = 0
 
     def publish(
         self,
@@ -528,8 +529,9 @@ class _LinePublisher:
         except OSError:
             self.send_errors += 1
 
+    @abc.abstractmethod
     def _send(self, line: bytes) -> None:
-        raise NotImplementedError
+        """Write one whole line to the transport; OSError is counted by `publish`."""
 
 
 class UdpPublisher(_LinePublisher):
@@ -544,9 +546,7 @@ class UdpPublisher(_LinePublisher):
         family, _, _, _, addr = infos[0]
         self._addr = addr
         self._sock = socket.socket(family, socket.SOCK_DGRAM)
-        self._wall = wall_clock
-        self.sent = 0
-        self.send_errors = 0
+        super().__init__(wall_clock)
 
     def _send(self, line: bytes) -> None:
         self._sock.sendto(line, self._addr)
@@ -565,9 +565,7 @@ class FilePublisher(_LinePublisher):
                 f"cannot write the latency feed {self.path}: directory {self.path.parent} does not exist"
             )
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._wall = wall_clock
-        self.sent = 0
-        self.send_errors = 0
+        super().__init__(wall_clock)
 
     def _send(self, line: bytes) -> None:
         os.write(self._fd, line)

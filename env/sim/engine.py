@@ -449,9 +449,7 @@ class SimBatch:
         a["arrivals"][:] = n
         a["state"][..., M.S_OFFER] = np.where(lc, mean, 0.0)
         a["usample"][:] = np.where(lc, np.where(n > 0, u, empty_u), np.nan)
-        M.step_nodes(
-            a["plat"], a["prm"], a["alloc"], a["state"], a["arrivals"], a["usample"], a["out"], a["nout"]
-        )
+        M.step_arrays(a)
 
 
 def _draw(rng: np.random.Generator, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
