@@ -9,7 +9,6 @@ Subcommands (each has --help):
   maxload    PARTIES Sec. 5 protocol: max sustained load heatmaps (Fig. 5/6/8) and, with --mixes,
              LC EMU by mix size (Fig. 7 violins)
   timeline   per-interval latency/target, allocations and BE throughput over time (Fig. 9)
-  demo       the main job on the embedded simulated node (what `make demo` runs)
   calibrate  the papers' tables reproduced in the simulator (env.sim.calibration)
   bench      simulator speed and serve.py's loop overhead (env.sim.bench, env.serving)
 
@@ -51,33 +50,7 @@ from env.evaluation import (
     run_timeline,
     summary_table,
 )
-from env.guards import GuardsConfig
 from env.sim import bench, calibration
-
-DEMO_SCENARIO = "mix3-const"
-DEMO_CONTROLLERS = ("unmanaged", "static")
-
-
-def run_demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    scenario, path = load_scenario_arg(args.scenario)
-    specs = list(DEMO_CONTROLLERS)
-    print(f"demo: compare {', '.join(specs)} on {scenario.name} ({scenario.description}), {args.seeds} seeds")
-    results = run_compare(
-        scenario,
-        path,
-        specs,
-        args.seeds,
-        Path(args.out),
-        workers=args.workers,
-        guards=GuardsConfig(),
-        overwrite=True,
-        argv=argv,
-    )
-    print(summary_table(results, specs))
-    print()
-    print(calibration.quick_summary())
-    print(f"\nwrote {args.out}/ (summary.json, summary.md, compare.png, runs/*.jsonl, config.yaml)")
-    return 0
 
 
 # ======================================================================================================
@@ -222,18 +195,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--measure-s", type=float, default=M.MEASURE_S, help="measured window per point (default 60)"
     )
 
-    d = sub.add_parser(
-        "demo",
-        help="the main job on the embedded simulated node",
-        description=f"Compare {', '.join(DEMO_CONTROLLERS)} on the shipped {DEMO_SCENARIO} scenario and print "
-        "the table (and the simulator's calibration summary when env.sim.calibration provides one). "
-        "Replaces --out.",
-    )
-    d.add_argument("--out", default="out/demo", help="output directory (default out/demo; replaced)")
-    d.add_argument("--scenario", default=DEMO_SCENARIO, help=f"scenario (default {DEMO_SCENARIO})")
-    d.add_argument("--seeds", type=_positive_int, default=3, help="seeds (default 3)")
-    d.add_argument("--workers", type=_positive_int, default=2, help="parallel processes (default 2)")
-
     calibration.add_cli(sub)
     bench.add_cli(sub, extra={"serve_loop_overhead": _serve_loop_overhead})
     return p
@@ -293,8 +254,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(maxload_markdown(summary, parse_specs_arg(args.controllers)))
             print(f"wrote {args.out}/")
             return 0
-        if args.command == "demo":
-            return run_demo(args, argv)
         handler = getattr(args, "func", None)  # set by add_cli(subparsers) of the optional modules
         if handler is None:
             raise ConfigError(f"subcommand {args.command!r} registered no handler")

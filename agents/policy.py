@@ -32,7 +32,11 @@ on 1..6-app mixes runs on any mix of up to `max_apps` apps.
   moses on PARTIES Fig. 9's mix until memcached's p99 was 80x its target). PARTIES itself moves on
   to the next resource when an upsize does not help (Sec. 4.2.3); a stateless policy cannot see
   that, so the network is kept from the moves that cannot help. The mask is part of the network,
-  so RLlib's sampling, the exported policy and `RlController` apply the same one.
+  so RLlib's sampling, the exported policy and `RlController` apply the same one. Symmetrically,
+  `<DOWN,MEM>` and `<DOWN,DISK>` are only offered while the app uses less than `SPARE_FRAC` of
+  the limit: PARTIES undoes a downsize that hurt and bans it (Alg. 3); a policy that cannot see
+  its ban repeated `<DOWN,MEM>` on NGINX (imitation of PARTIES on Fig. 8's mix) down to 1 GB, below
+  its working set, where its p99 went to 10x the target and never recovered.
 
 **The export file** (`policy.pt`, written atomically by `export_policy`) is a torch pickle of plain
 data only - `{"format", "version", "meta", "state_dict"}` - read with `torch.load(weights_only=True)`.
@@ -81,10 +85,15 @@ POLICY_VERSION = 1
 POLICY_FILE = "policy.pt"
 MASKED_LOGIT = float(torch.finfo(torch.float32).min)  # "-inf" for logits: exp() = 0, no NaN
 PRESSURE_FRAC = 0.9  # `pressure_mask`: share of its limit an app must use to be offered more of it
+SPARE_FRAC = 0.5  # `pressure_mask`: share of its limit an app must use less of to be offered less of it
 _APP_NAMES = [f.name for f in APP_FEATURES]
-PRESSURE_MOVES = (  # (move, the feature that must be >= PRESSURE_FRAC for it)
+PRESSURE_MOVES = (  # (move, the usage feature that must be >= PRESSURE_FRAC for it)
     (Move.UP_MEM, _APP_NAMES.index("memory_used")),
     (Move.UP_DISK, _APP_NAMES.index("disk_used")),
+)
+SPARE_MOVES = (  # (move, the usage feature that must be < SPARE_FRAC for it)
+    (Move.DOWN_MEM, _APP_NAMES.index("memory_used")),
+    (Move.DOWN_DISK, _APP_NAMES.index("disk_used")),
 )
 
 
@@ -130,13 +139,16 @@ def _mlp(n_in: int, n_hidden: int, n_out: int) -> nn.Sequential:
 
 def pressure_mask(x: torch.Tensor, max_apps: int, action_mode: str) -> torch.Tensor:
     """1 for every action except `<UP,MEM>` / `<UP,DISK>` of an app using less than `PRESSURE_FRAC`
-    of its memory / disk limit (module docstring), from the feature vectors `x` `(..., n_features)`;
+    of its memory / disk limit and `<DOWN,MEM>` / `<DOWN,DISK>` of one using `SPARE_FRAC` or more
+    (module docstring), from the feature vectors `x` `(..., n_features)`;
     shape `(..., n_actions)` in the layout of `action_mode`."""
     apps = x[..., : N_APP_FEATURES * max_apps].reshape(*x.shape[:-1], max_apps, N_APP_FEATURES)
     per_app = action_mode == "per_app"
     allowed = torch.ones(*x.shape[:-1], max_apps, N_MOVES if per_app else N_APP_MOVES, dtype=torch.bool)
     for move, feature in PRESSURE_MOVES:
         allowed[..., move.value if per_app else move.value - 1] = apps[..., feature] >= PRESSURE_FRAC
+    for move, feature in SPARE_MOVES:
+        allowed[..., move.value if per_app else move.value - 1] = apps[..., feature] < SPARE_FRAC
     flat = allowed.flatten(start_dim=-2)
     if per_app:
         return flat
@@ -146,7 +158,7 @@ def pressure_mask(x: torch.Tensor, max_apps: int, action_mode: str) -> torch.Ten
 class SetTrunk(nn.Module):
     """Shared per-app encoder + masked pooling + node context (the module docstring).
 
-    `forward(x)` takes the flat feature vector `(B, 19 * max_apps + 14)` and returns the per-slot
+    `forward(x)` takes the flat feature vector `(B, N_APP_FEATURES * max_apps + N_NODE_FEATURES)` and returns the per-slot
     embeddings joined with the context `(B, max_apps, 2h)` and the context alone `(B, h)`."""
 
     def __init__(self, max_apps: int, hidden: int) -> None:
@@ -404,9 +416,11 @@ class RlController(BaseController):
         spec = policy.meta.net
         self.encoder = ObservationEncoder(spec.max_apps, policy.meta.features)
         self.codec = ActionCodec(spec.max_apps, spec.action_mode)
+        self._previous: Observation | None = None  # for the history features (env.features)
 
     def _reset(self) -> None:
         assert self.caps is not None
+        self._previous = None
         n = len(self.caps.lc_apps)
         if n > self.codec.max_apps:
             raise ConfigError(
@@ -414,10 +428,15 @@ class RlController(BaseController):
                 f"max_apps={self.codec.max_apps}"
             )
 
+    def _on_invalid(self, observation: Observation) -> Decision:
+        self._previous = observation  # the env's encoder sees every observation, valid or not
+        return super()._on_invalid(observation)
+
     def _decide(self, observation: Observation) -> Decision:
         caps = self.caps
         assert caps is not None
-        x = self.encoder.encode(observation, caps)
+        x = self.encoder.encode(observation, caps, previous=self._previous)
+        self._previous = observation
         mask = self.codec.mask(observation, caps)
         action = self.policy.act(x, mask)
         decoded = self.codec.decode(action, observation, caps)

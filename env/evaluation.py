@@ -112,17 +112,17 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _write_config(path: Path, data: dict) -> None:
-    path.write_text(yaml.safe_dump(_plain(data), sort_keys=False))
+    path.write_text(yaml.safe_dump(plain_data(data), sort_keys=False))
 
 
-def _plain(x: Any) -> Any:
+def plain_data(x: Any) -> Any:
     """Data structures YAML can dump (tuples -> lists, NaN -> null)."""
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return _plain(dataclasses.asdict(x))
+        return plain_data(dataclasses.asdict(x))
     if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
+        return {str(k): plain_data(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_plain(v) for v in x]
+        return [plain_data(v) for v in x]
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
@@ -744,7 +744,7 @@ def run_maxload(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]
 
     summary: dict[str, Any] = {
         "kind": "maxload",
-        "protocol": _plain(proto),
+        "protocol": plain_data(proto),
         "apps": apps,
         "instances": instance_names(apps),
         "fixed_loads_pct": dict(zip(instance_names(apps)[2:-1], fixed)),
@@ -782,7 +782,7 @@ def run_maxload(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]
             ]
             summary["mixes"] = pmap(search_mix, mtasks, args.workers, "maxload mixes")
             plot_violins(summary["mixes"], specs, tmp / "emu_by_mix_size.png")
-        _write_json(tmp / "summary.json", _plain(summary))
+        _write_json(tmp / "summary.json", plain_data(summary))
         (tmp / "summary.md").write_text(maxload_markdown(summary, specs))
         _write_config(
             tmp / "config.yaml",

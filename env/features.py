@@ -4,6 +4,15 @@ The scalar env (`env.gym_env.NodeEnv`), the vector env (`env.vector_env.NodeVect
 serving time, the RL controller all turn an `Observation` into the policy's input with
 `ObservationEncoder.encode`, so a policy sees the same numbers in training and in production.
 
+History: `encode(obs, caps, previous=...)` also takes the observation before (the one the last
+action was decided on) and reports, per app, what changed since: the sign of the change of each
+of its resources (`d_cores` ...: +1 it got more, -1 less, 0 unchanged, whether its own move or
+another app's took it) and the change of its log-tardiness (`d_log_tardiness`: < 0 the latency
+fell). This is the one step of memory PARTIES' rule needs (Sec. 4.2.3: "if the upsize did not
+help, try the next resource"): without it, a policy cannot tell a move that helped from one that
+did not, and repeats the useless one. Without a previous observation (the first of an episode)
+these are 0.
+
 Layout: `max_apps` blocks of `APP_FEATURES` (one per LC app, in the order of
 `Capabilities.lc_apps`, zero-padded with `present = 0` for missing apps), then one block of
 `NODE_FEATURES`. Every feature is clipped to its `[low, high]`; a quantity that cannot be measured
@@ -23,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium import spaces
 
-from env.types import Allocation, AppAlloc, Capabilities, Observation
+from env.types import Allocation, AppAlloc, AppSample, Capabilities, Observation
 
 LOG_TARDINESS_SPAN = 2.0  # log10(p99 / target) in [-2, 2] (1/100x .. 100x the target) maps to [-1, 1]
 
@@ -75,6 +84,14 @@ APP_FEATURES: tuple[Feature, ...] = (
     Feature("memory", 0, 1, "memory limit / node memory"),
     Feature("disk", 0, 1, "disk limit / node disk bandwidth"),
     Feature("net", 0, 1, "network limit / node network bandwidth"),
+    Feature(
+        "d_log_tardiness", -1, 1, "log_tardiness minus the previous observation's (0 if either is invalid)"
+    ),
+    Feature("d_cores", -1, 1, "sign of the change of cores since the previous observation"),
+    Feature("d_llc_ways", -1, 1, "sign of the change of LLC ways since the previous observation"),
+    Feature("d_freq_level", -1, 1, "sign of the change of the frequency cap since the previous observation"),
+    Feature("d_memory", -1, 1, "sign of the change of the memory limit since the previous observation"),
+    Feature("d_disk", -1, 1, "sign of the change of the disk limit since the previous observation"),
 )
 
 NODE_FEATURES: tuple[Feature, ...] = (
@@ -129,6 +146,17 @@ def _freq_level(caps: Capabilities, freq_mhz: int) -> float:
     return min(i, len(levels) - 1) / (len(levels) - 1)
 
 
+def _sign(after: float, before: float) -> float:
+    return float(after > before) - float(after < before)
+
+
+def _log_tardiness(s: AppSample | None) -> float | None:
+    """log10(p99 / target) / LOG_TARDINESS_SPAN of a measured sample, else None."""
+    if s is not None and s.valid and math.isfinite(s.p99_us) and s.p99_us > 0 and s.target_us > 0:
+        return math.log10(s.p99_us / s.target_us) / LOG_TARDINESS_SPAN
+    return None
+
+
 def _be_allocs(alloc: Allocation, caps: Capabilities) -> list[AppAlloc]:
     return [alloc[b.name] for b in caps.be_apps if b.name in alloc]
 
@@ -136,8 +164,9 @@ def _be_allocs(alloc: Allocation, caps: Capabilities) -> list[AppAlloc]:
 class ObservationEncoder:
     """Encodes `Observation`s of a node with up to `max_apps` LC apps into float32 vectors.
 
-    `encode(obs, caps)` returns (or fills `out` with) a vector of `size` features laid out as in
-    the module docstring; `space` is the matching `gymnasium.spaces.Box`. `names` labels each
+    `encode(obs, caps, out, previous)` returns (or fills `out` with) a vector of `size` features
+    laid out as in the module docstring (`previous`: the observation before, for the history
+    features; None at the start of an episode); `space` is the matching `gymnasium.spaces.Box`. `names` labels each
     entry (`app3.slack`, `node.power`) for logging and tests.
     """
 
@@ -171,7 +200,13 @@ class ObservationEncoder:
         apps = x[..., :cut].reshape(*x.shape[:-1], self.max_apps, N_APP_FEATURES)
         return apps, x[..., cut:]
 
-    def encode(self, obs: Observation, caps: Capabilities, out: np.ndarray | None = None) -> np.ndarray:
+    def encode(
+        self,
+        obs: Observation,
+        caps: Capabilities,
+        out: np.ndarray | None = None,
+        previous: Observation | None = None,
+    ) -> np.ndarray:
         lc = caps.lc_apps
         if len(lc) > self.max_apps:
             raise ValueError(
@@ -181,6 +216,7 @@ class ObservationEncoder:
         apps, node = self.split(x)
         alloc = obs.allocation
         samples = {s.name: s for s in obs.apps}
+        before = {s.name: s for s in previous.apps} if previous is not None else {}
         top_mhz = caps.freq_levels_mhz[-1]
         mb_per_way = self.config.llc_mb_total / caps.llc_ways
         peak_bw = self.config.mem_bw_peak_gbps
@@ -194,13 +230,24 @@ class ObservationEncoder:
             row[_A["memory"]] = a.memory_gb / caps.memory_gb
             row[_A["disk"]] = a.disk_mbps / caps.disk_mbps
             row[_A["net"]] = a.net_gbps / caps.net_gbps
+            if previous is not None and spec.name in previous.allocation:
+                b = previous.allocation[spec.name]
+                row[_A["d_cores"]] = _sign(a.cores, b.cores)
+                row[_A["d_llc_ways"]] = _sign(a.llc_ways, b.llc_ways)
+                row[_A["d_freq_level"]] = _sign(a.freq_mhz, b.freq_mhz)
+                row[_A["d_memory"]] = _sign(a.memory_gb, b.memory_gb)
+                row[_A["d_disk"]] = _sign(a.disk_mbps, b.disk_mbps)
             s = samples.get(spec.name)
             if s is None:
                 continue
-            if s.valid and math.isfinite(s.p99_us) and s.p99_us > 0 and s.target_us > 0:
+            tardiness = _log_tardiness(s)
+            if tardiness is not None:
                 row[_A["latency_valid"]] = 1.0
                 row[_A["slack"]] = s.slack
-                row[_A["log_tardiness"]] = math.log10(s.p99_us / s.target_us) / LOG_TARDINESS_SPAN
+                row[_A["log_tardiness"]] = tardiness
+                earlier = _log_tardiness(before.get(spec.name))
+                if earlier is not None:
+                    row[_A["d_log_tardiness"]] = tardiness - earlier
             row[_A["load"]] = s.load_frac
             row[_A["drop_frac"]] = _ratio(s.dropped_rps, s.load_rps) if s.load_rps > 0 else 0.0
             u = s.usage
@@ -237,11 +284,16 @@ class ObservationEncoder:
         return out
 
     def encode_batch(
-        self, observations: Sequence[Observation], caps: Sequence[Capabilities], out: np.ndarray | None = None
+        self,
+        observations: Sequence[Observation],
+        caps: Sequence[Capabilities],
+        out: np.ndarray | None = None,
+        previous: Sequence[Observation | None] | None = None,
     ) -> np.ndarray:
         """Encode one observation per row (the vector env's batch)."""
         if out is None:
             out = np.zeros((len(observations), self.size), dtype=np.float32)
-        for i, (o, c) in enumerate(zip(observations, caps, strict=True)):
-            self.encode(o, c, out=out[i])
+        before = previous if previous is not None else [None] * len(observations)
+        for i, (o, c, p) in enumerate(zip(observations, caps, before, strict=True)):
+            self.encode(o, c, out=out[i], previous=p)
         return out

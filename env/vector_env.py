@@ -173,7 +173,7 @@ class NodeVectorEnv(VectorEnv):
             assert caps is not None
             self._t[i] += 1
             terms = self.reward_fn(obs, caps)
-            self._set_obs(i, obs)
+            self._set_obs(i, obs, previous=self._obs[i])
             rewards[i] = terms.reward
             truncations[i] = self._t[i] >= self._length[i]
             info = step_info(obs, terms, d, self._mask[i].copy(), self._names[i], int(self._t[i]))
@@ -240,15 +240,15 @@ class NodeVectorEnv(VectorEnv):
         self._t[i] = 0
         self._length[i] = self.planner.episode_intervals(scenario, caps)
         self._done[i] = False
-        self._set_obs(i, obs)
+        self._set_obs(i, obs, previous=None)
         return reset_info(obs, self._mask[i].copy(), scenario.name)
 
-    def _set_obs(self, i: int, obs: Observation) -> None:
+    def _set_obs(self, i: int, obs: Observation, previous: Observation | None) -> None:
         caps = self._caps[i]
         assert caps is not None
         self._obs[i] = obs
         self._mask[i] = self.codec.mask(obs, caps)
-        self.encoder.encode(obs, caps, out=self._x[i])
+        self.encoder.encode(obs, caps, out=self._x[i], previous=previous)
 
 
 class VectorActionMaskObs(VectorWrapper):

@@ -19,3 +19,16 @@ def parties_caps():
         AppSpec("be_parties", "be"),
     )
     return load_platform("parties").capabilities(apps)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray session for the whole test run (starting Ray takes seconds; two sessions in
+    one process do not mix)."""
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()

@@ -364,9 +364,9 @@ def test_a_failure_during_the_runs_removes_the_staging_directory(tmp_path, monke
 def test_help_lists_subcommands_and_controllers(capsys):
     p = run_cli("--help")
     assert p.returncode == 0
-    for word in ("compare", "maxload", "timeline", "demo", "unmanaged", "static"):
+    for word in ("compare", "maxload", "timeline", "calibrate", "bench", "unmanaged", "static"):
         assert word in p.stdout
-    for sub in ("compare", "maxload", "timeline", "demo"):
+    for sub in ("compare", "maxload", "timeline"):
         with pytest.raises(SystemExit) as e:
             evaluate.main([sub, "--help"])
         assert e.value.code == 0 and "--out" in capsys.readouterr().out

@@ -173,6 +173,30 @@ def test_encoder_refuses_more_apps_than_slots(started):
         ObservationEncoder(2).encode(env.observation, env.capabilities)
 
 
+def test_history_features_show_what_the_last_move_changed_and_how_latency_moved():
+    env = _env(max_apps=4)
+    x0, _ = env.reset(seed=3)
+    names = [f.name for f in APP_FEATURES]
+    history = [names.index(n) for n in names if n.startswith("d_")]
+    assert len(history) == 6 and not env.encoder.split(x0)[0][:, history].any()  # nothing before reset
+    before = env.observation
+    x1, *_ = env.step(env.codec.single_index(1, Move.UP_CORE))
+    apps, _ = env.encoder.split(x1)
+    d = {n: apps[:, names.index(n)] for n in names if n.startswith("d_")}
+    assert d["d_cores"].tolist() == [0.0, 1.0, 0.0, 0.0]  # xapian got a core, nobody else lost one
+    for n in ("d_llc_ways", "d_freq_level", "d_memory", "d_disk"):
+        assert not d[n].any()
+    after = env.observation
+    for k in range(3):
+        s0, s1 = before.apps[k], after.apps[k]
+        expect = (np.log10(s1.tardiness) - np.log10(s0.tardiness)) / 2
+        assert d["d_log_tardiness"][k] == pytest.approx(np.clip(expect, -1, 1), abs=1e-5)
+    # the same pair through the encoder directly; a taken core shows as -1 for its owner
+    assert np.array_equal(env.encoder.encode(after, env.capabilities, previous=before), x1)
+    x_back = env.encoder.encode(before, env.capabilities, previous=after)
+    assert env.encoder.split(x_back)[0][1, names.index("d_cores")] == -1.0
+
+
 # ---- actions and masks ----------------------------------------------------------------------------
 def test_single_action_index_moves_the_app_in_its_slot():
     env = _env(max_apps=4)

@@ -13,7 +13,6 @@ from unittest import mock
 
 import numpy as np
 import pytest
-import test_train_cli
 import torch
 
 from agents.policy import (
@@ -29,7 +28,7 @@ from agents.policy import (
 )
 from baselines import registry
 from env.config import ConfigError
-from env.features import FeatureConfig
+from env.features import FeatureConfig, ObservationEncoder
 from env.gym_env import ActionCodec
 from env.sim.node import SimNode
 from env.sim.scenario import simple_scenario
@@ -48,10 +47,20 @@ def sharpen(net: ColocNet) -> ColocNet:
     return net
 
 
-def saved_policy(tmp_path: Path, mode: str = "single", max_apps: int = 6, seed: int = 0) -> Path:
+def saved_policy(
+    tmp_path: Path, mode: str = "single", max_apps: int = 6, seed: int = 0, never_hold: bool = False
+) -> Path:
+    """A sharpened random policy; `never_hold` scores HOLD far below every move, so that each
+    decision moves (a random network may hold on every observation of a short run)."""
     torch.manual_seed(seed)
     spec = NetSpec(mode, max_apps, 32)
     net = sharpen(ColocNet(spec))
+    if never_hold:
+        with torch.no_grad():
+            if net.hold_head is not None:
+                net.hold_head.bias.fill_(-1e3)
+            else:  # per-app mode: HOLD is each slot's first logit
+                net.app_head[-1].bias[0] = -1e3
     return export_policy(
         tmp_path / f"{mode}-{max_apps}.pt",
         net,
@@ -75,7 +84,7 @@ def test_export_round_trips_weights_and_metadata(tmp_path, mode):
     assert policy.meta.net == NetSpec(mode, 6, 32) and policy.meta.trained_iterations == 7
     torch.manual_seed(0)
     again = sharpen(ColocNet(NetSpec(mode, 6, 32)))
-    x = torch.rand(5, 128)
+    x = torch.rand(5, ObservationEncoder(6).size)
     torch.testing.assert_close(policy.net.scores(x), again.scores(x))
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
 
@@ -142,12 +151,13 @@ def test_a_policy_of_another_action_layout_or_max_apps_is_refused_when_one_is_ex
 # ---- the controller ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["single", "per_app"])
 def test_controller_acts_like_the_network_and_only_plans_feasible_moves(tmp_path, mode):
-    path = saved_policy(tmp_path, mode)
+    path = saved_policy(tmp_path, mode, never_hold=True)
     node, ctrl = node_and_controller(path)
     assert isinstance(ctrl, RlController)
     caps = node.capabilities()
     codec = ActionCodec(6, mode)
     moved = 0
+    previous = None  # the controller keeps the observation before, for the history features
     for _ in range(40):
         obs = node.observe()
         with (
@@ -156,7 +166,8 @@ def test_controller_acts_like_the_network_and_only_plans_feasible_moves(tmp_path
         ):
             d = ctrl.decide(obs)
         assert isinstance(d, Decision)
-        x = ctrl.encoder.encode(obs, caps)
+        x = ctrl.encoder.encode(obs, caps, previous=previous)
+        previous = obs
         mask = codec.mask(obs, caps)
         with torch.no_grad():
             action = ctrl.policy.net.greedy(torch.as_tensor(x)[None], torch.as_tensor(mask.reshape(1, -1)))[
@@ -217,9 +228,6 @@ def test_the_rl_spec_resolves_through_the_registry(tmp_path, monkeypatch):
 
 
 # ---- RLlib's inference vs the exported module (needs Ray) ---------------------------------------------------
-ray_session = test_train_cli.ray_session  # one Ray session for the whole test run
-
-
 TINY = [
     "iterations=1",
     "checkpoint_every=1",
@@ -286,7 +294,10 @@ def compare_actions(rllib_module, exported, mode: str) -> tuple[int, set[str]]:
     obs, _ = vec.reset(seed=11)
     rng = np.random.default_rng(0)
     compared, seen = 0, set()
-    for _ in range(8):
+    ctrls = [RlController(exported) for _ in range(vec.num_envs)]  # one per node: history features
+    for i, ctrl in enumerate(ctrls):
+        ctrl.reset(vec.unwrapped.capabilities(i), np.random.default_rng(0))
+    for _ in range(8):  # shorter than an episode: no sub-env resets
         batch = {Columns.OBS: {k: torch.as_tensor(v) for k, v in obs.items()}}
         with torch.no_grad():
             fwd = rllib_module.forward_inference(batch)
@@ -300,10 +311,8 @@ def compare_actions(rllib_module, exported, mode: str) -> tuple[int, set[str]]:
             np.testing.assert_array_equal(mine, rllib_actions[i])
             # and the controller, from the raw observation, applies exactly that action
             raw, caps = vec.unwrapped.observations()[i], vec.unwrapped.capabilities(i)
-            ctrl = RlController(exported)
-            ctrl.reset(caps, np.random.default_rng(0))
             expected = vec.unwrapped.codec.decode(rllib_actions[i], raw, caps)
-            assert ctrl.decide(raw).allocation == (expected.allocation if expected.applied else None)
+            assert ctrls[i].decide(raw).allocation == (expected.allocation if expected.applied else None)
             compared += 1
             seen.add(str(rllib_actions[i]))
         random = rng.integers(0, 2, size=vec.num_envs)  # move on with a mix of HOLD and policy actions

@@ -132,14 +132,15 @@ def test_more_apps_change_the_context_a_present_app_sees():
 
 @pytest.mark.parametrize("mode", ["single", "per_app"])
 def test_pressure_mask_offers_more_memory_or_disk_only_to_apps_that_use_most_of_theirs(mode):
-    from agents.policy import PRESSURE_FRAC, pressure_mask
+    """... and less only to apps that use under half of theirs."""
+    from agents.policy import PRESSURE_FRAC, SPARE_FRAC, pressure_mask
     from env.features import APP_FEATURES
     from env.gym_env import ActionCodec
     from env.types import Move
 
     names = [f.name for f in APP_FEATURES]
     x = random_features(np.random.default_rng(4), [True] * 3 + [False] * 3)
-    use = {0: (0.95, 0.2), 1: (0.3, PRESSURE_FRAC), 2: (0.5, 0.5)}  # slot: (memory_used, disk_used)
+    use = {0: (0.95, 0.2), 1: (0.3, PRESSURE_FRAC), 2: (SPARE_FRAC, SPARE_FRAC)}  # (memory_used, disk_used)
     for slot, (mem, disk) in use.items():
         x[slot * N_APP_FEATURES + names.index("memory_used")] = mem
         x[slot * N_APP_FEATURES + names.index("disk_used")] = disk
@@ -147,6 +148,7 @@ def test_pressure_mask_offers_more_memory_or_disk_only_to_apps_that_use_most_of_
     got = pressure_mask(x[None], M, mode)[0]
     assert got.shape == (codec.mask_size,)
     withheld = {(0, Move.UP_DISK), (1, Move.UP_MEM), (2, Move.UP_MEM), (2, Move.UP_DISK)}
+    withheld |= {(0, Move.DOWN_MEM), (1, Move.DOWN_DISK), (2, Move.DOWN_MEM), (2, Move.DOWN_DISK)}
     withheld |= {(k, m) for k in range(3, M) for m in (Move.UP_MEM, Move.UP_DISK)}  # padded: use 0
     for slot in range(M):
         for move in Move:
@@ -412,6 +414,9 @@ def test_teacher_decisions_become_labels_in_the_action_layout(mode):
     assert codec.decode(a, obs, caps).allocation == plan.allocation
     a, ok = label(Decision(plan.allocation, reason="no single move"), obs, caps, codec, mask)
     assert not ok and np.array_equal(a, hold)
+    # a change outside the ten moves (PARTIES' network adjustment, move HOLD) is a HOLD to imitate
+    a, ok = label(Decision(plan.allocation, reason="net", move=Move.HOLD), obs, caps, codec, mask)
+    assert ok and np.array_equal(a, hold)
     blocked = mask.copy()
     blocked.reshape(-1)[:] = False
     a, ok = label(Decision(plan.allocation, move=Move.UP_CACHE, app="xapian"), obs, caps, codec, blocked)
@@ -445,3 +450,56 @@ def test_imitation_fits_the_teachers_decisions():
     stats = pretrain(net, demos, config.warm_start, seed=0)
     assert stats.accuracy > before + 0.3 and stats.accuracy > 0.5
     assert stats.value_r2 > 0.5
+
+
+def _tiny_warm_config(*extra: str):
+    return build_train_config(
+        {},
+        [
+            "warm_start.teacher=parties",
+            "warm_start.episodes=2",
+            "env.sampler.duration_s=[15, 20]",
+            "model.hidden_units=32",
+            *extra,
+        ],
+    )
+
+
+def test_dagger_lets_the_student_drive_while_the_teacher_labels():
+    from agents.rllib.imitation import collect_demonstrations
+    from env.features import APP_FEATURES, N_APP_FEATURES
+
+    config = _tiny_warm_config()
+    hold_only = ColocNet(NetSpec("single", 6, 32)).eval()
+    with torch.no_grad():
+        hold_only.hold_head.bias.fill_(1e3)  # a student that never moves
+    teacher = collect_demonstrations(config, config.warm_start, gamma=0.95, seed=3)
+    student = collect_demonstrations(config, config.warm_start, 0.95, 3, hold_only, student_frac=1.0)
+    names = [f.name for f in APP_FEATURES]
+    changed = [names.index(n) for n in ("d_cores", "d_llc_ways", "d_freq_level", "d_memory", "d_disk")]
+
+    def allocation_changes(d) -> int:
+        apps = d.features[:, : 6 * N_APP_FEATURES].reshape(len(d), 6, N_APP_FEATURES)
+        return int(np.abs(apps[:, :, changed]).sum())
+
+    assert allocation_changes(teacher) > 0  # the teacher's moves were applied ...
+    assert allocation_changes(student) == 0  # ... the student's HOLDs were, the teacher's were not
+    assert student.moves > 0  # while the teacher still labelled the states with its moves
+    both = teacher + student
+    assert len(both) == len(teacher) + len(student) and both.episodes == 4
+    np.testing.assert_array_equal(both.actions[len(teacher) :], student.actions)
+
+
+def test_labels_the_policy_cannot_express_are_not_imitated():
+    from agents.rllib.imitation import collect_demonstrations, pretrain
+
+    config = _tiny_warm_config("warm_start.epochs=3")
+    demos = collect_demonstrations(config, config.warm_start, gamma=0.95, seed=3)
+    unexpressible = dataclasses.replace(demos, expressible=np.zeros(len(demos), dtype=bool))
+    assert unexpressible.unexpressed == len(demos)
+    torch.manual_seed(0)
+    net = ColocNet(NetSpec("single", 6, 32, with_value=False))
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    pretrain(net, unexpressible, config.warm_start, seed=0)
+    for k, v in net.state_dict().items():
+        torch.testing.assert_close(v, before[k])  # nothing to imitate, no critic: no change

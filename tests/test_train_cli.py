@@ -149,17 +149,6 @@ def test_resume_without_config_reuses_the_runs_config(capsys, tmp_path):
 
 
 # ---- end to end (Ray) -------------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
-
-
 def tb_tags(logdir: Path) -> set[str]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -261,7 +250,7 @@ def test_eval_specs_add_single_app_baselines_only_to_one_app_scenarios(tmp_path)
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_a_run_keeps_to_its_time_budget_and_returns_a_servable_policy(ray_session, tmp_path):
+def test_a_run_keeps_to_its_time_budget_and_returns_a_servable_policy(ray_session, tmp_path, monkeypatch):
     import io
 
     from agents.policy import load_policy
@@ -270,7 +259,8 @@ def test_a_run_keeps_to_its_time_budget_and_returns_a_servable_policy(ray_sessio
     log = io.StringIO()
     budget = ["iterations=3", "checkpoint_every=10", "max_train_minutes=0.001", "eval.enabled=false"]
     config = load_train_config("demo", [*TINY, *budget])
-    outcome = train(config, RunOptions(out=tmp_path / "demo", log=log))
+    monkeypatch.chdir(tmp_path)  # a relative --out, as `make demo` gives (RLlib wants absolute paths)
+    outcome = train(config, RunOptions(out=Path("demo"), log=log))
     assert outcome.policy == tmp_path / "demo" / "policy.pt"
     # the budget ran out during the first iteration: it stopped there, with a checkpoint
     assert "time budget of 0.001 min reached: stopping after 1 of 3 iterations" in log.getvalue()

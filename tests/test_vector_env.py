@@ -79,7 +79,7 @@ def test_each_transition_is_the_scalar_code_on_that_sub_env():
             decoded = vec.codec.decode(actions[i], before[i], caps)
             assert after[i].allocation == decoded.allocation
             assert after[i].time_s == pytest.approx(before[i].time_s + caps.interval_s)
-            np.testing.assert_array_equal(X[i], vec.encoder.encode(after[i], caps))
+            np.testing.assert_array_equal(X[i], vec.encoder.encode(after[i], caps, previous=before[i]))
             np.testing.assert_array_equal(info["action_mask"][i], vec.codec.mask(after[i], caps))
             assert r[i] == vec.reward_fn(after[i], caps).reward
 

@@ -218,7 +218,10 @@ class WarmStartConfig:
     """Imitate `teacher` (a controller spec, e.g. `parties`; null = start from a random policy)
     before RL (`agents.rllib.imitation`): `episodes` teacher episodes of the training env, then
     `epochs` passes of supervised learning (policy: cross-entropy on the teacher's moves; critic,
-    weighted by `value_weight`: the discounted returns). PPO only."""
+    weighted by `value_weight`: the discounted returns). Then `dagger_rounds` DAgger rounds of
+    `episodes` episodes each, the network acting in a `dagger_student_frac` share of the intervals
+    and the teacher labelling them all, each followed by `epochs` passes over every label so far.
+    PPO only."""
 
     teacher: str | None = None
     episodes: int = 40
@@ -226,6 +229,8 @@ class WarmStartConfig:
     batch_size: int = 256
     lr: float = 1e-3
     value_weight: float = 0.5
+    dagger_rounds: int = 0
+    dagger_student_frac: float = 0.5
 
     def __post_init__(self) -> None:
         _positive(
@@ -233,6 +238,10 @@ class WarmStartConfig:
         )
         if self.value_weight < 0:
             raise ConfigError("warm_start.value_weight must be >= 0")
+        if self.dagger_rounds < 0:
+            raise ConfigError("warm_start.dagger_rounds must be >= 0")
+        if not 0.0 <= self.dagger_student_frac <= 1.0:
+            raise ConfigError("warm_start.dagger_student_frac must be in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -372,6 +381,6 @@ def load_train_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainC
 def resolved(config: TrainConfig) -> dict[str, Any]:
     """The config as plain YAML data (tuples as lists; loads back with `build_train_config`), as
     `evaluate.py` saves its resolved configs."""
-    from env.evaluation import _plain as plain_data
+    from env.evaluation import plain_data
 
     return plain_data(config)

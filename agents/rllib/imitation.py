@@ -12,14 +12,26 @@ kickstarting).
    reward scale as RL training. At each interval its `Decision` becomes a label in the policy's
    action layout: HOLD when it keeps the allocation, the single-move index (single mode) or the
    move at that app's slot with HOLD elsewhere (per-app mode) when it makes one PARTIES move that
-   the action mask and the network's pressure mask (`agents.policy.pressure_mask`) allow. Other
-   decisions (PARTIES' network-only adjustments, fair start, masked moves) are labelled HOLD,
-   since the policy cannot express them; the env then applies the label, so the teacher drives
-   the episode.
-2. `pretrain`: the network is fitted to the labels (cross-entropy of the masked scores, summed
-   over slots in per-app mode) and, for PPO, its critic to the discounted (scaled) returns of the
-   teacher's episodes.
-3. `train.py` pushes the weights into the learner (and the env runners) before the first iteration.
+   the action mask and the network's pressure mask (`agents.policy.pressure_mask`) allow; HOLD
+   also when its only change is outside the ten moves (PARTIES' network adjustment, Alg. 1).
+   Other decisions (the fair start, moves the masks forbid) cannot be expressed: the env applies
+   HOLD for them, so the teacher still drives the episode, but they are left out of the imitation
+   loss. Labelling them HOLD taught the policy to hold while an app missed its target: on the
+   training mixes PARTIES spends long stretches on `<UP,MEM>` / `<UP,DISK>` of apps that do not
+   use what they have (two thirds of its decisions in 12 sampled episodes), which the pressure
+   mask forbids.
+2. `pretrain`: the network is fitted to the expressible labels (cross-entropy of the masked
+   scores, summed over slots in per-app mode) and, for PPO, its critic to the discounted (scaled)
+   returns of the teacher's episodes (every interval).
+3. DAgger (Ross et al., AISTATS 2011), `dagger_rounds` times: the fitted network drives
+   `episodes` more episodes (each interval, with probability `dagger_student_frac`, its greedy
+   action is applied instead of the teacher's), the teacher labels every state it visits, and the
+   network is fitted again on all the labels so far. Why: cloning alone sees only the states the
+   teacher visits; the student's own small mistakes lead it to states (an app over its target
+   after a wrong move) where it has no label and compounds them. A teacher with state (PARTIES'
+   pending move and bans) keeps deciding as if its own decisions were applied; its labels on the
+   student's states are what it would do there given its own history, the usual approximation.
+4. `train.py` pushes the weights into the learner (and the env runners) before the first iteration.
 """
 
 from __future__ import annotations
@@ -44,25 +56,44 @@ class Demonstrations:
     features: np.ndarray  # (N, n_features) float32
     masks: np.ndarray  # (N, mask_size) float32 0/1
     actions: np.ndarray  # (N,) single mode, (N, max_apps) per-app mode; int64
+    expressible: np.ndarray  # (N,) bool: the label stands for the teacher's decision (imitated)
     returns: np.ndarray  # (N,) discounted returns of the scaled reward
     moves: int  # labels that are not HOLD
-    unexpressed: int  # teacher decisions changed the allocation in a way the labels cannot express
     episodes: int
+
+    @property
+    def unexpressed(self) -> int:
+        """Teacher decisions the labels cannot express (left out of the imitation loss)."""
+        return int((~self.expressible).sum())
 
     def __len__(self) -> int:
         return len(self.features)
+
+    def __add__(self, other: Demonstrations) -> Demonstrations:
+        """Both sets of labels (DAgger's aggregate)."""
+        return Demonstrations(
+            np.concatenate([self.features, other.features]),
+            np.concatenate([self.masks, other.masks]),
+            np.concatenate([self.actions, other.actions]),
+            np.concatenate([self.expressible, other.expressible]),
+            np.concatenate([self.returns, other.returns]),
+            self.moves + other.moves,
+            self.episodes + other.episodes,
+        )
 
 
 def label(
     decision: Decision, obs: Observation, caps: Capabilities, codec: ActionCodec, mask: np.ndarray
 ) -> tuple[np.ndarray | int, bool]:
-    """(the action that stands for `decision`, whether it was expressible as one)."""
+    """(the action that stands for `decision`, whether it was expressible as one; HOLD if not)."""
     hold: np.ndarray | int = 0 if codec.mode == "single" else np.zeros(codec.max_apps, dtype=np.int64)
     if decision.allocation is None or decision.allocation == obs.allocation:
         return hold, True
     move, app = decision.move, decision.app
+    if move is Move.HOLD:  # a change outside the ten moves (PARTIES' network adjustment)
+        return hold, True
     names = [a.name for a in caps.lc_apps]
-    if move is None or move is Move.HOLD or app not in names:
+    if move is None or app not in names:
         return hold, False
     slot = names.index(app)
     if codec.mode == "single":
@@ -85,9 +116,16 @@ def discounted(rewards: list[float], gamma: float) -> np.ndarray:
 
 
 def collect_demonstrations(
-    config: TrainConfig, warm: WarmStartConfig, gamma: float, seed: int
+    config: TrainConfig,
+    warm: WarmStartConfig,
+    gamma: float,
+    seed: int,
+    student: ColocNet | None = None,
+    student_frac: float = 0.0,
 ) -> Demonstrations:
-    """Run the teacher on `warm.episodes` training episodes (module docstring)."""
+    """The teacher's labels on `warm.episodes` training episodes (module docstring): driven by the
+    teacher, or, with a `student`, by the student's greedy action with probability `student_frac`
+    at each interval (DAgger)."""
     from env.evaluation import controller_factory  # the registry by import path (env -> baselines)
 
     assert warm.teacher is not None
@@ -96,8 +134,9 @@ def collect_demonstrations(
     codec: ActionCodec = node_env.codec
     spec = config.net_spec()
     make = controller_factory()
-    feats, masks, acts, rets = [], [], [], []
-    moves = unexpressed = 0
+    feats, masks, acts, rets, expressible = [], [], [], [], []
+    moves = 0
+    coin = np.random.default_rng([seed, 2])
     for ep in range(warm.episodes):
         obs, _ = env.reset(seed=seed + ep)
         caps = node_env.capabilities
@@ -112,11 +151,16 @@ def collect_demonstrations(
                 x = torch.as_tensor(obs["observations"])
                 allowed = allowed * pressure_mask(x, spec.max_apps, spec.action_mode).numpy()
             action, ok = label(teacher.decide(raw), raw, caps, codec, allowed)
-            unexpressed += not ok
+            expressible.append(ok)
             moves += bool(np.any(action))
             feats.append(obs["observations"])
             masks.append(allowed)
             acts.append(action)
+            if student is not None and coin.random() < student_frac:
+                with one_thread(), torch.no_grad():
+                    x = torch.as_tensor(obs["observations"])[None]
+                    m = torch.as_tensor(obs["action_mask"], dtype=torch.float32).reshape(1, -1)
+                    action = student.greedy(x, m)[0].numpy()
             obs, reward, term, trunc, _ = env.step(action)
             rewards.append(float(reward))
             done = term or trunc
@@ -126,16 +170,16 @@ def collect_demonstrations(
         np.asarray(feats, dtype=np.float32),
         np.asarray(masks, dtype=np.float32),
         np.asarray(acts, dtype=np.int64),
+        np.asarray(expressible, dtype=bool),
         np.concatenate(rets),
         moves,
-        unexpressed,
         warm.episodes,
     )
 
 
 @dataclass(frozen=True)
 class PretrainStats:
-    accuracy: float  # greedy action == label, over the demonstrations
+    accuracy: float  # greedy action == label, over the expressible demonstrations
     move_accuracy: float  # the same, over labels that are moves
     value_r2: float  # critic's explained variance of the returns (nan without a critic)
     seconds: float
@@ -154,6 +198,7 @@ def _pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed:
     m = torch.as_tensor(demos.masks)
     a = torch.as_tensor(demos.actions)
     g = torch.as_tensor(demos.returns)
+    w = torch.as_tensor(demos.expressible, dtype=torch.float32)  # imitate expressible labels only
     per_app = net.spec.action_mode == "per_app"
     opt = torch.optim.Adam(net.parameters(), lr=warm.lr)
     n = len(demos)
@@ -163,12 +208,13 @@ def _pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed:
             scores = net.masked_scores(x[idx], m[idx])
             if per_app:
                 logits = scores.reshape(len(idx), net.spec.max_apps, N_MOVES)
-                loss = (
-                    torch.nn.functional.cross_entropy(logits.reshape(-1, N_MOVES), a[idx].reshape(-1))
-                    * net.spec.max_apps
+                ce = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, N_MOVES), a[idx].reshape(-1), reduction="none"
                 )
+                ce = ce.reshape(len(idx), net.spec.max_apps).sum(dim=-1)
             else:
-                loss = torch.nn.functional.cross_entropy(scores, a[idx])
+                ce = torch.nn.functional.cross_entropy(scores, a[idx], reduction="none")
+            loss = (ce * w[idx]).sum() / w[idx].sum().clamp(min=1.0)
             if net.spec.with_value:
                 loss = loss + warm.value_weight * torch.nn.functional.mse_loss(net.value(x[idx]), g[idx])
             opt.zero_grad()
@@ -177,7 +223,9 @@ def _pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed:
             opt.step()
     net.eval()
     with torch.no_grad():
-        greedy = net.greedy(x, m)
+        keep = torch.as_tensor(demos.expressible)
+        greedy = net.greedy(x[keep], m[keep])
+        a = a[keep]
         hit = (greedy == a) if not per_app else (greedy == a).all(dim=-1)
         is_move = (a != 0) if not per_app else (a != 0).any(dim=-1)
         r2 = float("nan")

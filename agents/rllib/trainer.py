@@ -79,6 +79,13 @@ class RunOptions:
     argv: tuple[str, ...] = ()
     log: TextIO | None = None  # progress lines (default: stdout)
 
+    def __post_init__(self) -> None:
+        # absolute paths: RLlib's save_to_path/restore_from_path read a relative path as a URI
+        # ("URI has empty scheme"), and Ray's workers do not share the driver's directory
+        object.__setattr__(self, "out", Path(self.out).absolute())
+        if self.resume is not None:
+            object.__setattr__(self, "resume", Path(self.resume).absolute())
+
 
 @dataclass(frozen=True)
 class ResumePoint:
@@ -397,6 +404,15 @@ def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None]) -> No
     net = net_from_module_state(config.net_spec(), module_state(algo))
     net.train()
     stats = pretrain(net, demos, warm, seed=config.seed)
+    for r in range(1, warm.dagger_rounds + 1):
+        log(
+            f"warm start: DAgger round {r}/{warm.dagger_rounds} (accuracy so far {100 * stats.accuracy:.1f}%): "
+            f"the network acts in {100 * warm.dagger_student_frac:.0f}% of the intervals, {warm.teacher} labels ..."
+        )
+        demos = demos + collect_demonstrations(
+            config, warm, config.ppo.gamma, 10_000 + config.seed + 1_000 * r, net, warm.dagger_student_frac
+        )
+        stats = pretrain(net, demos, warm, seed=config.seed + r)
     set_module_weights(algo, net)
     log(
         f"warm start: {len(demos):,} decisions ({demos.moves:,} moves, {demos.unexpressed:,} not expressible); "

@@ -41,7 +41,6 @@ from env.sim.experiments import (
     SMALL_TUPLE,
     Setup,
     alone,
-    analytic_meet,
     analytic_outputs,
     mongodb_memory,
     mongodb_pair,
@@ -460,25 +459,6 @@ def write(report: dict, out_dir: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def quick_summary() -> str:
-    """A few-second analytic version of the headline numbers (for `make demo`)."""
-    errs = []
-    for a in APPS:
-        pm = analytic_meet(F.table4_setups(a), np.arange(1, 11) / 10)
-        grid = [10.0 * int(np.argmin(np.append(row >= 0.5, False))) for row in pm]
-        paper = F.table4_paper(a)
-        errs += [abs(g - paper[r]) for g, r in zip(grid[1:], F.TABLE4_ROWS)]
-    cerr = []
-    for a in F.COCO_APPS:
-        sim, paper = F.coco_sim(a), F.coco_paper(a)
-        cerr += [abs(sim[k] - paper[k]) for k in paper]
-    return (
-        f"simulator calibration (analytic quick view; `make calibrate` runs the sampled report): "
-        f"PARTIES Table 4 MAE {np.mean(errs):.1f} pts, max {np.max(errs):.0f} (goal <= 10 / <= 30); "
-        f"CoCo Table 1 max error {np.max(cerr):.1f} pts (goal <= 10)"
-    )
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
