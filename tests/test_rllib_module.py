@@ -140,7 +140,7 @@ def test_pressure_mask_offers_more_memory_or_disk_only_to_apps_that_use_most_of_
 
     names = [f.name for f in APP_FEATURES]
     x = random_features(np.random.default_rng(4), [True] * 3 + [False] * 3)
-    use = {0: (0.95, 0.2), 1: (0.3, PRESSURE_FRAC), 2: (SPARE_FRAC, SPARE_FRAC)}  # (memory_used, disk_used)
+    use = {0: (0.95, 0.2), 1: (0.2, PRESSURE_FRAC), 2: (SPARE_FRAC, SPARE_FRAC)}  # (memory_used, disk_used)
     for slot, (mem, disk) in use.items():
         x[slot * N_APP_FEATURES + names.index("memory_used")] = mem
         x[slot * N_APP_FEATURES + names.index("disk_used")] = disk
