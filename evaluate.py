@@ -37,9 +37,8 @@ from typing import Any
 
 from baselines.registry import REGISTRY, ControllerContext, make_controller, spec_form
 from env import metrics as M
-from env.config import ConfigError
+from env.config import ConfigError, run_cli
 from env.evaluation import (
-    EXIT_BAD_INPUT,
     MIX_SIZES,
     load_guards_arg,
     load_scenario_arg,
@@ -216,54 +215,51 @@ def _serve_loop_overhead() -> list[dict[str, Any]]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    try:
-        if args.command == "compare":
-            scenario, path = load_scenario_arg(args.scenario)
-            results = run_compare(
-                scenario,
-                path,
-                parse_specs_arg(args.controllers),
-                args.seeds,
-                Path(args.out),
-                workers=args.workers,
-                guards=load_guards_arg(args.guards),
-                overwrite=args.overwrite,
-                argv=argv,
-            )
-            print(summary_table(results, parse_specs_arg(args.controllers)))
-            print(f"wrote {args.out}/")
-            return 0
-        if args.command == "timeline":
-            scenario, path = load_scenario_arg(args.scenario)
-            specs = parse_specs_arg(args.controllers)
-            run_timeline(
-                scenario,
-                path,
-                specs,
-                scenario.seed if args.seed is None else args.seed,
-                Path(args.out),
-                workers=args.workers,
-                guards=load_guards_arg(args.guards),
-                overwrite=args.overwrite,
-                argv=argv,
-            )
-            print(f"wrote {args.out}/timeline.png")
-            return 0
-        if args.command == "maxload":
-            summary = run_maxload(args, argv)
-            print(maxload_markdown(summary, parse_specs_arg(args.controllers)))
-            print(f"wrote {args.out}/")
-            return 0
-        handler = getattr(args, "func", None)  # set by add_cli(subparsers) of the optional modules
-        if handler is None:
-            raise ConfigError(f"subcommand {args.command!r} registered no handler")
-        return int(handler(args) or 0)
-    except ConfigError as e:
-        print(f"evaluate.py {args.command}: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return run_cli(f"evaluate.py {args.command}", lambda: _run(args, argv))
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.command == "compare":
+        scenario, path = load_scenario_arg(args.scenario)
+        results = run_compare(
+            scenario,
+            path,
+            parse_specs_arg(args.controllers),
+            args.seeds,
+            Path(args.out),
+            workers=args.workers,
+            guards=load_guards_arg(args.guards),
+            overwrite=args.overwrite,
+            argv=argv,
+        )
+        print(summary_table(results, parse_specs_arg(args.controllers)))
+        print(f"wrote {args.out}/")
+        return 0
+    if args.command == "timeline":
+        scenario, path = load_scenario_arg(args.scenario)
+        specs = parse_specs_arg(args.controllers)
+        run_timeline(
+            scenario,
+            path,
+            specs,
+            scenario.seed if args.seed is None else args.seed,
+            Path(args.out),
+            workers=args.workers,
+            guards=load_guards_arg(args.guards),
+            overwrite=args.overwrite,
+            argv=argv,
+        )
+        print(f"wrote {args.out}/timeline.png")
+        return 0
+    if args.command == "maxload":
+        summary = run_maxload(args, argv)
+        print(maxload_markdown(summary, parse_specs_arg(args.controllers)))
+        print(f"wrote {args.out}/")
+        return 0
+    handler = getattr(args, "func", None)  # set by add_cli(subparsers) of the optional modules
+    if handler is None:
+        raise ConfigError(f"subcommand {args.command!r} registered no handler")
+    return int(handler(args) or 0)
 
 
 if __name__ == "__main__":

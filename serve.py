@@ -59,7 +59,7 @@ import numpy as np
 
 from baselines.registry import REGISTRY, ControllerContext, make_controller, parse_spec, spec_form
 from env.allocations import fair_allocation
-from env.config import ConfigError
+from env.config import EXIT_BAD_INPUT, ConfigError
 from env.guards import build_guards
 from env.node import SimClock
 from env.serving import (
@@ -85,7 +85,6 @@ from hw.probe import CapabilityError
 from hw.runner import HwInputError
 from hw.state import JournalBusy
 
-EXIT_BAD_INPUT = 2
 EXIT_ERROR = 1
 log = logging.getLogger("coloc.serve")
 

@@ -34,9 +34,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from env.config import ConfigError
-
-EXIT_BAD_INPUT = 2
+from env.config import run_cli
 
 
 def _count(text: str) -> int:
@@ -104,29 +102,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    try:
-        from agents.rllib.trainer import RunOptions, load_config_for, quiet_ray_logs, train
+    return run_cli("train.py", lambda: _run(args, argv))
 
-        if not args.verbose:  # the progress lines are the output; Ray's INFO/WARNING chatter buries them
-            quiet_ray_logs()
 
-        config = load_config_for(args.config, args.overrides, args.resume)
-        options = RunOptions(
-            out=Path(args.out),
-            ray_address=args.ray_address,
-            num_env_runners=args.num_env_runners,
-            resume=args.resume,
-            overwrite=args.overwrite,
-            argv=tuple(argv),
-        )
-        train(config, options)
-        return 0
-    except ConfigError as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
+    from agents.rllib.trainer import RunOptions, load_config_for, quiet_ray_logs, train
+
+    if not args.verbose:  # the progress lines are the output; Ray's INFO/WARNING chatter buries them
+        quiet_ray_logs()
+
+    config = load_config_for(args.config, args.overrides, args.resume)
+    options = RunOptions(
+        out=Path(args.out),
+        ray_address=args.ray_address,
+        num_env_runners=args.num_env_runners,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        argv=tuple(argv),
+    )
+    train(config, options)
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
@@ -26,6 +27,23 @@ CONFIGS = REPO_ROOT / "configs"
 
 class ConfigError(ValueError):
     """Bad configuration: the message names the field and what is allowed."""
+
+
+EXIT_BAD_INPUT = 2  # every CLI's exit status for bad input (a ConfigError)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+
+
+def run_cli(prog: str, body: Callable[[], int]) -> int:
+    """`body()`'s exit status; a `ConfigError` becomes "PROG: error: ..." on stderr and
+    `EXIT_BAD_INPUT`, Ctrl-C "interrupted" and `EXIT_INTERRUPTED` (train.py, evaluate.py)."""
+    try:
+        return body()
+    except ConfigError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def load_yaml(path: str | Path) -> Any:

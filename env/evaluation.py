@@ -54,7 +54,6 @@ def parse_specs_arg(text: str) -> list[str]:
     return importlib.import_module(mod).parse_specs(text)
 
 
-EXIT_BAD_INPUT = 2
 DEFAULT_LOADS_PCT = tuple(range(10, 101, 10))  # PARTIES Sec. 5.1: 10% to 100% in 10% steps
 MIX_SIZES = (2, 3, 4, 5, 6)
 

@@ -26,7 +26,6 @@ come from `FeatureConfig` and default to the PARTIES platform (Table 1).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -281,19 +280,4 @@ class ObservationEncoder:
         if out is None:
             return x.astype(np.float32)
         out[:] = x
-        return out
-
-    def encode_batch(
-        self,
-        observations: Sequence[Observation],
-        caps: Sequence[Capabilities],
-        out: np.ndarray | None = None,
-        previous: Sequence[Observation | None] | None = None,
-    ) -> np.ndarray:
-        """Encode one observation per row (the vector env's batch)."""
-        if out is None:
-            out = np.zeros((len(observations), self.size), dtype=np.float32)
-        before = previous if previous is not None else [None] * len(observations)
-        for i, (o, c, p) in enumerate(zip(observations, caps, before, strict=True)):
-            self.encode(o, c, out=out[i], previous=p)
         return out

@@ -67,7 +67,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import yaml
 
-from env.config import ConfigError
+from env.config import EXIT_BAD_INPUT, ConfigError
 from env.sim.traces import Constant, Trace, TraceSpec, parse_trace
 from hw.feed import LatencyPublisher, publisher_from_url
 from hw.histogram import LatencyHistogram, LatencySummary
@@ -1255,7 +1255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError, OSError) as e:
         ap.print_usage(sys.stderr)
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
 
     if not args.quiet:
         log.setLevel(logging.ERROR)  # the progress lines already flag late intervals

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from env.config import ConfigError
+from env.config import EXIT_BAD_INPUT, ConfigError
 from hw.feed import FeedFormatError, parse_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -478,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         ap.print_usage(sys.stderr)
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -498,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             points += real_sweep(cfg, progress)
         except ConfigError as e:
             print(f"{ap.prog}: error: {e}", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
         except (RuntimeError, OSError) as e:  # memcached, the generator or a cgroup failed
             print(f"{ap.prog}: error: the real half failed: {e}", file=sys.stderr)
             return 1

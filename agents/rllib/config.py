@@ -240,8 +240,7 @@ class WarmStartConfig:
             raise ConfigError("warm_start.value_weight must be >= 0")
         if self.dagger_rounds < 0:
             raise ConfigError("warm_start.dagger_rounds must be >= 0")
-        if not 0.0 <= self.dagger_student_frac <= 1.0:
-            raise ConfigError("warm_start.dagger_student_frac must be in [0, 1]")
+        _unit("warm_start", dagger_student_frac=self.dagger_student_frac)
 
 
 @dataclass(frozen=True)
