@@ -4,7 +4,8 @@
   each driven by the open-loop load generator; after a calm phase a stress-ng BE job
   (`--cpu 2`) starts in the BE cgroup. Asserted on the medians over the intervals after the BE job
   starts: under PARTIES every LC app is back under its QoS target; under `unmanaged` (no
-  isolation: every app may use the whole node) they are not all met.
+  isolation: every app may use the whole node) they are not all met. Decided by the majority of
+  three conclusive attempts (tail latency on a small VM is noisy).
 * `ColocLinux-v0` (`gym.make`) steps on the real node: real cgroups, memcached and its load
   generator; the quota a move asks for is what the cgroup holds.
 
@@ -12,11 +13,13 @@ Calibration, so that the test carries to other machines, on the node as the runs
 in its own cgroup, `unmanaged`, the BE cgroup empty): memcached serves a light load (2000 rps);
 nginx does CPU work for each request (a page of server-side-include directives; the body it sends
 is tiny) and its rate is set from its CPU time per request measured here, so that it needs
-`NGINX_DEMAND_CORES` cores: about half of a 2-core node, more than its fair share once a BE job
-competes. (A lightly loaded LC app in its own cgroup is shielded by the kernel's group scheduling
+`NGINX_DEMAND_CORES` cores: half of a 2-core node, more than its fair share once a BE job
+competes (the load generators take their part of the node too). (A lightly loaded LC app in its own cgroup is shielded by the kernel's group scheduling
 even without any limit, so the CPU-bound app is the one a BE job can really hurt here.) Each app's
-QoS target is `TARGET_X` times its median p99 alone (at least `TARGET_MIN_US`). A machine too busy
-for nginx to keep up alone fails the calibration, saying so.
+QoS target is `TARGET_X` times its median p99 alone (at least `TARGET_MIN_US`). The calibration is
+repeated before each attempt; an attempt in which the machine could not serve alone what it served
+at calibration is void (the VM's CPUs change speed over minutes), and the test skips, saying so,
+when too many are.
 
 The load generators run under SCHED_FIFO where possible (`hw.sweep.rt_prefix`): on a 2-core machine
 a generator waiting behind the BE job for a CPU would count its own delay as the apps' latency.
@@ -55,10 +58,12 @@ BE_TICKS = 50  # then with the BE job (25 s)
 TARGET_X = 3.0  # QoS target = TARGET_X x the median p99 alone ...
 TARGET_MIN_US = 1000.0  # ... and at least this
 MEMCACHED_RPS = 2000.0
-NGINX_DEMAND_CORES = 1.1  # its rate needs this much CPU: above its fair share beside a BE job, well below 2
+NGINX_DEMAND_CORES = 1.0  # its rate needs this much CPU: above its fair share beside a BE job, well below 2
 NGINX_SSI_DIRECTIVES = 2000  # CPU work per nginx request (about 1 ms on the project's VM)
 NGINX_PROBE_RPS = 200.0
 SATURATED_US = 100_000.0  # a median interval p99 above this alone: the app cannot keep up
+DECISIVE = 3  # PARTIES vs unmanaged is decided by the majority of this many conclusive attempts ...
+MAX_ATTEMPTS = 5  # ... out of at most this many (the others void: the machine slowed down)
 
 
 def _real_cgroups() -> bool:
@@ -191,11 +196,18 @@ def services(tmp_path_factory):
             stop_process(p)
 
 
+class Unsteady(Exception):
+    """The machine could not serve the load the way the experiment assumes (it was slower than
+    when it was measured, or too busy): the attempt says nothing about the controllers."""
+
+
 def nginx_rate(services: Services) -> float:
     """The rate at which nginx needs `NGINX_DEMAND_CORES`, from its CPU time per request at
     `NGINX_PROBE_RPS`; lowered while nginx cannot keep up with it alone (a busy machine). Leaves
     nginx's generator running at that rate."""
     pids, feed = services.pids["nginx"], services.feed
+    if "nginx" in services.loadgens:
+        services.loadgens.pop("nginx").close()
     with LoadgenProcess(
         services.urls["nginx"], NGINX_PROBE_RPS, "probe", feed.with_name("probe.jsonl")
     ) as probe:
@@ -215,16 +227,14 @@ def nginx_rate(services: Services) -> float:
             return rate
         print(f"nginx cannot keep up alone at {rate:g} rps (p99 {p99:.0f} us; the machine is busy): lower")
         services.loadgens.pop("nginx").close()
-        rate = round(rate * 0.7)
-    pytest.fail("nginx cannot keep up alone even at a low rate: the machine is too busy for this experiment")
+        rate = round(rate * 0.85)
+    raise Unsteady("nginx cannot keep up alone even at a low rate: the machine is too busy")
 
 
-@pytest.fixture(scope="module")
-def targets(tmp_path_factory, services):
+def calibrate(tmp: Path, services: Services) -> dict[str, float]:
     """QoS targets from a calibration on the node as the runs use it (each app in its own cgroup,
     unmanaged, the BE cgroup empty): `TARGET_X` x each app's median p99 alone. nginx's rate is set
-    here too."""
-    tmp = tmp_path_factory.mktemp("calibration")
+    here too. Done before each attempt: the speed of a VM's CPUs drifts over minutes."""
     cfg = node_config(tmp, services, dict.fromkeys(services.pids, 1e6), "calibration")
     with LinuxNode(cfg, initial=unmanaged_allocation) as node:
         node.reset()
@@ -238,7 +248,7 @@ def targets(tmp_path_factory, services):
     for app, p99s in windows.items():
         assert len(p99s) >= CALIBRATE_S / INTERVAL_S - 3, f"{app}: {len(p99s)} intervals published"
         if statistics.median(p99s) >= SATURATED_US:
-            pytest.fail(
+            raise Unsteady(
                 f"{app} cannot keep up alone (p99 {statistics.median(p99s):.0f} us): the machine is too busy"
             )
         out[app] = max(TARGET_X * statistics.median(p99s), TARGET_MIN_US)
@@ -308,6 +318,17 @@ class RunResult:
     def be_cores(self) -> float:
         return float(np.median([r.alloc_of("be").cores for r in self.records[self.be_start :]]))
 
+    def timeline(self, apps: list[str]) -> list[str]:
+        """One line per tick: each app's cores and p99, the BE job's cores, the controller's move."""
+        lines = []
+        for i, r in enumerate(self.records):
+            cells = " ".join(f"{a} {r.alloc_of(a).cores:4.2f}c {r.app_tick(a).p99_us:8.0f}us" for a in apps)
+            be = "BE" if i >= self.be_start else "  "
+            lines.append(
+                f"{self.controller:<9} {r.time_s:5.1f}s {be} {cells} be {r.alloc_of('be').cores:4.2f}c {r.move or '-'} {r.app or ''}"
+            )
+        return lines
+
 
 def run_controller(spec: str, tmp: Path, services: Services, targets: dict[str, float]) -> RunResult:
     cfg = node_config(tmp, services, targets, spec)
@@ -350,22 +371,42 @@ def run_controller(spec: str, tmp: Path, services: Services, targets: dict[str, 
     return RunResult(spec, records, CALM_TICKS + 1, quotas)
 
 
-def test_parties_restores_qos_after_a_be_job_starts_and_unmanaged_does_not(tmp_path, services, targets):
-    if "nginx" not in services.pids:
-        pytest.skip("needs nginx (apt install nginx): the CPU-bound LC app a BE job really hurts here")
-    runs = {spec: run_controller(spec, tmp_path, services, targets) for spec in ("parties", "unmanaged")}
+def outcome(runs: dict[str, RunResult], targets: dict[str, float]) -> list[str]:
+    """What one attempt got wrong, on the medians after the BE job started (empty: PARTIES met every
+    target and unmanaged did not). The mechanics (the feed, the node, the BE job) are asserted
+    outright: they must hold in every attempt."""
+    parties, unmanaged = runs["parties"], runs["unmanaged"]
+    for run in runs.values():  # the feed and the node really worked
+        assert len(run.records) == CALM_TICKS + BE_TICKS
+        assert len(run.after()) >= 0.8 * (BE_TICKS - 1)
+    # unmanaged: no isolation, each app may use the whole node; the BE job really ran beside them
+    assert set(unmanaged.unmanaged_quota_us.values()) == {200_000}, unmanaged.unmanaged_quota_us
+    assert unmanaged.be_throughput() > 0.1
+    wrong = [
+        f"PARTIES left {app} at {parties.median(app):.0f} us (target {targets[app]:.0f} us)"
+        for app in targets
+        if not parties.median(app) <= targets[app]
+    ]
+    if not unmanaged.tardiness() > 1.0:
+        wrong.append(
+            f"the BE job did not hurt the LC apps unmanaged (worst p99/target {unmanaged.tardiness():.2f})"
+        )
+    return wrong
+
+
+def comparison(runs: dict[str, RunResult], targets: dict[str, float], attempt: int) -> list[str]:
     head = (
         f"{'controller':<10} {'app':<10} {'target us':>9} {'calm p99':>9} {'BE p99':>9} {'QoS met':>8} "
         f"{'BE cores':>8} {'BE thr':>6}"
     )
     lines = [
-        f"real run on {os.uname().nodename} ({os.cpu_count()} CPUs, loadavg {os.getloadavg()[0]:.1f}); "
-        f"stress-ng --cpu 2 starts after {CALM_TICKS * INTERVAL_S:g} s, {BE_TICKS * INTERVAL_S:g} s with it; "
-        "p99 = median of the 500 ms intervals",
+        f"attempt {attempt}: real run on {os.uname().nodename} ({os.cpu_count()} CPUs, "
+        f"loadavg {os.getloadavg()[0]:.1f}); stress-ng --cpu 2 starts after {CALM_TICKS * INTERVAL_S:g} s, "
+        f"{BE_TICKS * INTERVAL_S:g} s with it; p99 = median of the 500 ms intervals",
         head,
     ]
     for spec, run in runs.items():
-        for app in services.pids:
+        for app in targets:
             lines.append(
                 f"{spec:<10} {app:<10} {targets[app]:9.0f} {run.median(app, after=False):9.0f} {run.median(app):9.0f} "
                 f"{run.qos_guarantee(app):8.0%} {run.be_cores():8.2f} {run.be_throughput():6.2f}"
@@ -374,20 +415,66 @@ def test_parties_restores_qos_after_a_be_job_starts_and_unmanaged_does_not(tmp_p
             f"{spec:<10} {'(all)':<10} QoS guarantee {run.qos_guarantee():.0%}, "
             f"median worst p99/target {run.tardiness():.2f}"
         )
-    print("\n" + "\n".join(lines))
-    (tmp_path / "comparison.txt").write_text("\n".join(lines) + "\n")
+    return lines
 
-    parties, unmanaged = runs["parties"], runs["unmanaged"]
-    for run in runs.values():  # the feed and the node really worked
-        assert len(run.records) == CALM_TICKS + BE_TICKS
-        assert len(run.after()) >= 0.8 * (BE_TICKS - 1)
-    # unmanaged: no isolation, each app may use the whole node; the BE job really ran beside them
-    assert set(unmanaged.unmanaged_quota_us.values()) == {200_000}, unmanaged.unmanaged_quota_us
-    assert unmanaged.be_throughput() > 0.1
-    # the outcome, on the medians after the BE job started: PARTIES meets every target, unmanaged does not
-    for app in services.pids:
-        assert parties.median(app) <= targets[app], f"PARTIES left {app} at {parties.median(app):.0f} us"
-    assert unmanaged.tardiness() > 1.0, "the BE job did not hurt the LC apps without isolation"
+
+def check_steady(unmanaged: RunResult, targets: dict[str, float]) -> None:
+    """The premise of an attempt: before the BE job starts, unmanaged (each app may use the whole
+    node, as in the calibration) every app still meets its target. Otherwise the machine slowed
+    down since the calibration and the attempt is void. Judged on the unmanaged run alone, so that
+    no behaviour of PARTIES can void an attempt."""
+    slow = {a: unmanaged.median(a, after=False) for a in targets}
+    slow = {a: p99 for a, p99 in slow.items() if not p99 <= targets[a]}
+    if slow:
+        raise Unsteady(
+            "alone and unmanaged, "
+            + ", ".join(f"{a} at {p99:.0f} us (target {targets[a]:.0f} us)" for a, p99 in slow.items())
+            + ": the machine slowed down since the calibration"
+        )
+
+
+def test_parties_restores_qos_after_a_be_job_starts_and_unmanaged_does_not(tmp_path, services):
+    """Decided by the majority of `DECISIVE` conclusive attempts, each a calibration, one PARTIES run
+    and one unmanaged run back to back (about 90 s): the CPUs of a small VM change speed over
+    minutes, so one attempt in several is void (`Unsteady`: the machine could not serve the load it
+    served at calibration, whatever the controller) or misses by chance. Skips, with the figures,
+    when `MAX_ATTEMPTS` attempts do not decide it."""
+    if "nginx" not in services.pids:
+        pytest.skip("needs nginx (apt install nginx): the CPU-bound LC app a BE job really hurts here")
+    majority = DECISIVE // 2 + 1
+    verdicts: list[list[str]] = []  # conclusive attempts: what each got wrong (empty: as expected)
+    report: list[str] = []
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        if sum(not v for v in verdicts) >= majority or sum(bool(v) for v in verdicts) >= majority:
+            break
+        tmp = tmp_path / f"attempt{attempt}"
+        tmp.mkdir()
+        lines: list[str] = []
+        try:
+            targets = calibrate(tmp, services)
+            runs = {spec: run_controller(spec, tmp, services, targets) for spec in ("parties", "unmanaged")}
+            lines = comparison(runs, targets, attempt)
+            check_steady(runs["unmanaged"], targets)
+        except Unsteady as e:
+            lines.append(f"attempt {attempt}: void: {e}")
+        else:
+            verdicts.append(outcome(runs, targets))
+            lines.append(f"attempt {attempt}: " + ("; ".join(verdicts[-1]) or "as expected"))
+            if verdicts[-1]:  # the timelines of a failed attempt, to see what went wrong
+                lines += [t for run in runs.values() for t in run.timeline(list(targets))]
+        print("\n" + "\n".join(lines))
+        report += lines
+    (tmp_path / "comparison.txt").write_text("\n".join(report) + "\n")
+    failed = [v for v in verdicts if v]
+    assert len(failed) < majority, (
+        f"{len(failed)} of {len(verdicts)} conclusive attempts failed: "
+        + " | ".join("; ".join(v) for v in failed)
+    )
+    if len(verdicts) - len(failed) < majority:
+        pytest.skip(
+            f"the machine was too unsteady to decide: {len(verdicts)} conclusive attempts of {MAX_ATTEMPTS} "
+            f"({len(failed)} failed); " + " | ".join(line for line in report if ": void: " in line)
+        )
 
 
 # ---- ColocLinux-v0 on the real node --------------------------------------------------------------------------
