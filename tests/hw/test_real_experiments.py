@@ -11,7 +11,7 @@
   generator; the quota a move asks for is what the cgroup holds.
 
 Calibration, so that the test carries to other machines, on the node as the runs use it (each app in
-its own cgroup, `unmanaged`, the BE cgroup empty): memcached serves a light load (2000 rps); nginx
+its own cgroup, `unmanaged`, the BE cgroup empty): memcached serves a light load (1000 rps); nginx
 does CPU work for each request (a page of server-side-include directives; the body it sends is tiny)
 and its rate is `NGINX_LOAD_FRAC` of its capacity alone, measured here: more than it can serve with
 half of what is left once a BE job competes under fair sharing. (A lightly loaded LC app in its own
@@ -58,11 +58,11 @@ CALM_TICKS = 16  # the LC apps alone under the controller (8 s)
 BE_TICKS = 50  # then with the BE job (25 s)
 TARGET_X = 3.0  # QoS target = TARGET_X x the median p99 alone ...
 TARGET_MIN_US = 1000.0  # ... and at least this
-MEMCACHED_RPS = 2000.0
+MEMCACHED_RPS = 1000.0
 NGINX_LOAD_FRAC = 0.7  # its rate, of its capacity alone: above half (its fair share beside a BE job)
 NGINX_LADDER_TOP_CORES = 1.5  # the capacity search starts at the rate needing this much CPU ...
 NGINX_LADDER_STEP = 0.85  # ... and goes down by this factor until nginx keeps up
-NGINX_SSI_DIRECTIVES = 2000  # CPU work per nginx request (about 1 ms on the project's VM)
+NGINX_SSI_DIRECTIVES = 4000  # CPU work per nginx request (about 2 ms on the project's VM)
 NGINX_PROBE_RPS = 200.0
 SATURATED_US = 100_000.0  # a median interval p99 above this alone: the app cannot keep up
 DECISIVE = 3  # PARTIES vs unmanaged is decided by the majority of this many conclusive attempts ...
