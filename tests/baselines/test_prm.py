@@ -585,3 +585,35 @@ def test_short_simnode_run(spec):
     assert downs or not violating  # ... and throttled when QoS suffers (if it does at this load)
     if spec in ("qprm-step", "qprm-prop", "qprm-prop2"):
         assert all(slacks[i] < 0 for i in downs)  # only a violating sample lowers the level
+
+
+def _sim_cpu_levels(spec: str, memcached_load: float) -> list[tuple[int, int, float]]:
+    """60 s of 500 ms ticks on the simulator: per tick, (level before, level after, slack of the
+    controller's latest sample)."""
+    from env.sim.node import SimNode
+    from env.sim.scenario import simple_scenario
+
+    scn = simple_scenario({"memcached": memcached_load, "xapian": 0.2}, duration_s=60, warmup_s=10, seed=0)
+    node = SimNode(scn, seed=0)
+    ctrl = build_controller(spec)
+    ctrl.reset(node.capabilities(), np.random.default_rng(0))
+    obs, rows = node.observe(), []
+    for _ in range(120):
+        before = ctrl.cpu_level
+        d = ctrl.decide(obs)
+        rows.append((before, ctrl.cpu_level, ctrl.last_slack))
+        obs = node.step(d.allocation)
+    return rows
+
+
+@pytest.mark.parametrize("spec", ["qprm-step", "qprm-prop2"])
+def test_qprm_throttles_the_be_job_at_each_violating_sample_on_the_simulator(spec):
+    """Q-PRM thesis Sec. 4.2.2: a sample whose p99 is over the target lowers the BE job's CPU level at once.
+    At 70% memcached load the BE job's growth makes memcached miss; the controller must throttle
+    at every new violating sample and so keep the BE job lower than at 20% load."""
+    heavy, light = _sim_cpu_levels(spec, 0.7), _sim_cpu_levels(spec, 0.2)
+    new_samples = [i for i in range(1, len(heavy)) if heavy[i][2] != heavy[i - 1][2]]
+    violating = [i for i in new_samples if heavy[i][2] < 0]
+    assert len(violating) >= 3, "the scenario no longer makes memcached miss: pick a heavier load"
+    assert all(heavy[i][1] < heavy[i][0] for i in violating)
+    assert max(r[1] for r in heavy) < max(r[1] for r in light)
