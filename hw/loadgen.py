@@ -77,6 +77,7 @@ log = logging.getLogger(__name__)
 OK, MISS, ERROR = 0, 1, 2
 GET, SET = 0, 1
 MAX_CONNECTIONS = 512  # select() handles descriptors < 1024
+MAX_RETRIES = 3  # re-sends of a request left unanswered behind a server-announced close
 
 
 # -- configuration -----------------------------------------------------------------------------
@@ -526,13 +527,13 @@ class RunSummary:
 
 
 class _Req:
-    __slots__ = ("expired", "intended_s", "payload", "retried")
+    __slots__ = ("expired", "intended_s", "payload", "retries")
 
     def __init__(self, intended_s: float, payload: bytes) -> None:
         self.intended_s = intended_s
         self.payload = payload
         self.expired = False
-        self.retried = False
+        self.retries = 0
 
 
 class _Conn(asyncio.Protocol):
@@ -829,13 +830,18 @@ class LoadGenerator:
             conn.transport.abort()
 
     def _lost(self, conn: _Conn, exc: Exception | None) -> None:
-        graceful = conn.closing and exc is None and conn.parser.server_closing
+        """A connection closed. When the server had announced it (`Connection: close`, nginx's
+        `keepalive_requests`), the requests pipelined behind that response were never served:
+        they are re-sent on another connection (up to `MAX_RETRIES` times each). The close may come
+        as a reset rather than a FIN: a server closing with unread requests in its socket makes
+        the kernel send RST. Any other loss counts the outstanding requests as errors."""
+        graceful = conn.parser.server_closing
         retry: list[_Req] = []
         for req in conn.fifo:
             if req.expired:
                 continue
-            if graceful and not req.retried:
-                req.retried = True
+            if graceful and req.retries < MAX_RETRIES:
+                req.retries += 1
                 retry.append(req)
             else:
                 self._c["errors"] += 1

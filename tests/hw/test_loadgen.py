@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -254,8 +255,15 @@ class FakeServer:
 
 
 class HttpState:
-    def __init__(self, stall_after: int | None = None, stall_s: float = 0.0, close_every: int | None = None):
+    def __init__(
+        self,
+        stall_after: int | None = None,
+        stall_s: float = 0.0,
+        close_every: int | None = None,
+        reset_on_close: bool = False,
+    ):
         self.stall_after, self.stall_s, self.close_every = stall_after, stall_s, close_every
+        self.reset_on_close = reset_on_close  # close with RST (SO_LINGER 0), after the response is read
         self.served = 0
 
 
@@ -273,6 +281,11 @@ def http_handler(state: HttpState) -> Handler:
             w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n" + extra + b"\r\nok")
             if close:
                 await w.drain()
+                if state.reset_on_close:
+                    await asyncio.sleep(0.005)
+                    sock = w.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    w.transport.abort()
                 return
 
     return handle
@@ -390,10 +403,12 @@ def test_with_timeouts_left_out_an_interval_without_responses_is_not_published()
     assert feed.latest("memcached") is None  # silence, not a zero
 
 
-def test_server_closing_keepalive_connections_loses_nothing():
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "rst"])
+def test_server_closing_keepalive_connections_loses_nothing(reset):
     """nginx closes a keep-alive connection after `keepalive_requests`; requests pipelined behind
-    the closing response are re-sent on a new connection, not lost."""
-    state = HttpState(close_every=7)
+    the closing response are re-sent on a new connection, not lost, whether the close comes as a
+    FIN or as a reset (a server closing with unread requests in its socket sends RST)."""
+    state = HttpState(close_every=7, reset_on_close=reset)
     with FakeServer(http_handler(state)) as srv:
         cfg = _cfg(srv.port, max_load_rps=400.0, duration_s=1.0, connections=2, pipeline_depth=4)
         gen = LoadGenerator(cfg)
