@@ -543,15 +543,22 @@ def test_registry_factories_profile_the_prm_in_simulation_only():
 
 
 # ---- short runs on the simulator ----------------------------------------------------------------------
-@pytest.mark.parametrize("spec", SPECS)
-def test_short_simnode_run(spec):
+def _simnode(spec: str, memcached_load: float):
+    """A simulated node running memcached at `memcached_load` beside xapian at 20% (60 s after a
+    10 s warm-up) and the controller `spec`, reset on it: (node, controller)."""
     from env.sim.node import SimNode
     from env.sim.scenario import simple_scenario
 
-    scn = simple_scenario({"memcached": 0.2, "xapian": 0.2}, duration_s=60, warmup_s=10, seed=0)
+    scn = simple_scenario({"memcached": memcached_load, "xapian": 0.2}, duration_s=60, warmup_s=10, seed=0)
     node = SimNode(scn, seed=0)
     ctrl = build_controller(spec)
     ctrl.reset(node.capabilities(), np.random.default_rng(0))
+    return node, ctrl
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_short_simnode_run(spec):
+    node, ctrl = _simnode(spec, 0.2)
     obs = node.observe()
     start = obs.allocation
     pool = start["memcached"].cores + start["be_parties"].cores + start.idle_cores
@@ -590,13 +597,7 @@ def test_short_simnode_run(spec):
 def _sim_cpu_levels(spec: str, memcached_load: float) -> list[tuple[int, int, float]]:
     """60 s of 500 ms ticks on the simulator: per tick, (level before, level after, slack of the
     controller's latest sample)."""
-    from env.sim.node import SimNode
-    from env.sim.scenario import simple_scenario
-
-    scn = simple_scenario({"memcached": memcached_load, "xapian": 0.2}, duration_s=60, warmup_s=10, seed=0)
-    node = SimNode(scn, seed=0)
-    ctrl = build_controller(spec)
-    ctrl.reset(node.capabilities(), np.random.default_rng(0))
+    node, ctrl = _simnode(spec, memcached_load)
     obs, rows = node.observe(), []
     for _ in range(120):
         before = ctrl.cpu_level

@@ -467,6 +467,7 @@ def test_parties_restores_qos_after_a_be_job_starts_and_unmanaged_does_not(tmp_p
         pytest.skip("needs nginx (apt install nginx): the CPU-bound LC app a BE job really hurts here")
     majority = DECISIVE // 2 + 1
     verdicts: list[list[str]] = []  # conclusive attempts: what each got wrong (empty: as expected)
+    inconclusive: list[str] = []  # why the others were not
     report: list[str] = []
     for attempt in range(1, MAX_ATTEMPTS + 1):
         if sum(not v for v in verdicts) >= majority or sum(bool(v) for v in verdicts) >= majority:
@@ -480,6 +481,7 @@ def test_parties_restores_qos_after_a_be_job_starts_and_unmanaged_does_not(tmp_p
             lines = comparison(runs, targets, attempt)
             check_controls(runs["unmanaged"], targets)
         except Inconclusive as e:
+            inconclusive.append(f"attempt {attempt}: {e}")
             lines.append(f"attempt {attempt}: inconclusive: {e}")
         else:
             verdicts.append(outcome(runs, targets))
@@ -497,7 +499,7 @@ def test_parties_restores_qos_after_a_be_job_starts_and_unmanaged_does_not(tmp_p
     if len(verdicts) - len(failed) < majority:
         pytest.skip(
             f"the machine was too unsteady to decide: {len(verdicts)} conclusive attempts of {MAX_ATTEMPTS} "
-            f"({len(failed)} failed); " + " | ".join(line for line in report if ": inconclusive: " in line)
+            f"({len(failed)} failed); inconclusive: " + " | ".join(inconclusive)
         )
 
 
