@@ -31,19 +31,20 @@ test: setup  ## the full test suite (what CI runs)
 test-fast: setup  ## tests without the slow ones
 	$(PY) -m pytest -q -m 'not slow'
 
-lint: setup  ## ruff
+lint: setup  ## ruff (style, docstrings) and mypy (types)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 fmt: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
 calibrate: setup  ## the simulator's calibration report
-	$(PY) evaluate.py calibrate --out out/calibration
+	$(PY) evaluate.py calibrate --out out/calibration --overwrite
 
 bench: setup  ## simulator and controller speed
-	$(PY) evaluate.py bench --out out/bench
+	$(PY) evaluate.py bench --out out/bench --overwrite
 
 REPRO_OUT ?= out/reproduce
 reproduce: setup  ## the papers' experiments in simulation (README "Reproducing the papers"; ~1-2 h on 2 cores)

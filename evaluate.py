@@ -10,9 +10,9 @@ Subcommands (each has --help):
              LC EMU by mix size (Fig. 7 violins)
   timeline   per-interval latency/target, allocations and BE throughput over time (Fig. 9)
   calibrate  the papers' tables reproduced in the simulator (env.sim.calibration)
-  bench      simulator speed and serve.py's loop overhead (env.sim.bench, env.serving)
+  bench      simulator speed and serve.py's loop overhead (env.sim.bench, harness.serving)
 
-Every run is one `env.loop.run_episode` of a controller (a spec of `baselines.registry`) on a
+Every run is one `env.loop.run_episode` of a controller (a spec of `harness.registry`) on a
 `SimNode`, with the evaluation guard chain (clamp only, `env.guards`) unless --guards says
 otherwise; every number comes from `env.metrics`. Every controller starts from PARTIES' fair
 allocation (the node's initial state). Seeds: run i of a scenario uses seed `scenario.seed + i`
@@ -33,48 +33,20 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from baselines.registry import REGISTRY, ControllerContext, make_controller, spec_form
 from env import metrics as M
-from env.config import ConfigError, run_cli
-from env.evaluation import (
-    MIX_SIZES,
-    load_guards_arg,
-    load_scenario_arg,
-    maxload_markdown,
-    parse_specs_arg,
-    run_compare,
-    run_maxload,
-    run_timeline,
-    summary_table,
-)
-from env.sim import bench, calibration
+from env.config import run_cli
+from harness.argtypes import count, positive_int
+from harness.bench import run_bench
+from harness.calibrate import run_calibrate
+from harness.compare import compare, timeline
+from harness.maxload import MIX_SIZES, run_maxload
+from harness.registry import specs_help
 
 
 # ======================================================================================================
 # CLI
 # ======================================================================================================
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return v
-
-
 def _sizes(text: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",")]
@@ -85,16 +57,13 @@ def _sizes(text: str) -> list[int]:
     return vals
 
 
-def _controllers_help() -> str:
-    return "controller specs:\n" + "\n".join(f"  {spec_form(n, e):<20} {e.help}" for n, e in REGISTRY.items())
-
-
 def build_parser() -> argparse.ArgumentParser:
+    """evaluate.py's subcommands and their arguments (see the module docstring)."""
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
         prog="evaluate.py",
         description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n", 1)[1].split("\n\nEvery run")[0],
-        epilog=_controllers_help(),
+        epilog=specs_help(),
         formatter_class=fmt,
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -110,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--out", required=True, help="output directory (created; must not exist unless --overwrite)"
         )
-        sp.add_argument("--workers", type=_positive_int, default=2, help="parallel processes (default 2)")
+        sp.add_argument("--workers", type=positive_int, default=2, help="parallel processes (default 2)")
         sp.add_argument(
             "--guards",
             metavar="FILE",
@@ -127,11 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(mean ± std over seeds), compare.png, runs/<controller>-seed<k>.jsonl and config.yaml. "
         "Metrics are defined in env/metrics.py; lc_emu is the aggregate load if sustained, else 0, "
         "and null when the scenario's load varies.",
-        epilog=_controllers_help(),
+        epilog=specs_help(),
         formatter_class=fmt,
     )
     common(c)
-    c.add_argument("--seeds", type=_positive_int, default=3, help="seeds per controller (default 3)")
+    c.add_argument("--seeds", type=positive_int, default=3, help="seeds per controller (default 3)")
 
     t = sub.add_parser(
         "timeline",
@@ -139,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run every controller once on a scenario and plot, one column per controller: "
         "load, p99/target (log), cores, LLC ways, frequency per app and BE throughput per interval "
         "(timeline.png), with every tick in runs/<controller>.jsonl and summary.json/md.",
-        epilog=_controllers_help(),
+        epilog=specs_help(),
         formatter_class=fmt,
     )
     common(t)
@@ -157,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         "samples N mixes per size (--mix-sizes) and reports each mix's LC EMU (Fig. 7): by the grid "
         "for 2-3 apps and, for 4+ apps, by a greedy search identical for every controller (all apps at "
         "the largest equal sustained load, then round-robin +10% steps while sustained).",
-        epilog=_controllers_help(),
+        epilog=specs_help(),
         formatter_class=fmt,
     )
     common(m, scenario=False)
@@ -172,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument("--loads", help="load grid in %% (default 10,20,...,100)")
     m.add_argument(
-        "--mixes", type=_count, default=0, help="sample N random mixes per mix size for Fig. 7 (default 0)"
+        "--mixes", type=count, default=0, help="sample N random mixes per mix size for Fig. 7 (default 0)"
     )
     m.add_argument(
         "--mix-sizes", type=_sizes, default=list(MIX_SIZES), help="mix sizes for --mixes (default 2,3,4,5,6)"
@@ -184,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="LC EMU search per mix: auto = grid for 2-3 apps, greedy for 4+ (default)",
     )
     m.add_argument(
-        "--seeds", type=_positive_int, default=1, help="seeds per load point (PARTIES: 3; default 1)"
+        "--seeds", type=positive_int, default=1, help="seeds per load point (PARTIES: 3; default 1)"
     )
     m.add_argument("--seed", type=int, default=0, help="first seed, also the mix sampling seed (default 0)")
     m.add_argument("--platform", default="parties", help="node platform (configs/node/); default parties")
@@ -194,72 +163,103 @@ def build_parser() -> argparse.ArgumentParser:
         "--measure-s", type=float, default=M.MEASURE_S, help="measured window per point (default 60)"
     )
 
-    calibration.add_cli(sub)
-    bench.add_cli(sub, extra={"serve_loop_overhead": _serve_loop_overhead})
+    cal = sub.add_parser(
+        "calibrate",
+        help="reproduce the papers' tables in the simulator (PARTIES Tables 2 and 4, CoCo Table 1, facts)",
+        description=calibration_doc(),
+        formatter_class=fmt,
+    )
+    cal.add_argument(
+        "--out", required=True, type=Path, help="output directory (must not exist unless --overwrite)"
+    )
+    cal.add_argument("--seed", type=int, default=0, help="seed of the simulated runs (default 0)")
+    cal.add_argument("--workers", type=positive_int, default=2, help="worker processes (default 2)")
+    cal.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+
+    b = sub.add_parser(
+        "bench",
+        help="simulator speed (steps/s) on one core, and serve.py's loop overhead",
+        description=bench_doc(),
+        formatter_class=fmt,
+    )
+    b.add_argument("--out", required=True, type=Path, help="output directory (bench.json)")
+    b.add_argument("--repeats", type=positive_int, default=5, help="timed runs per figure (default 5)")
+    b.add_argument("--batch", type=positive_int, default=4096, help="nodes in the batched measurement")
+    b.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     return p
 
 
-def _serve_loop_overhead() -> list[dict[str, Any]]:
-    """serve.py's loop overhead on the 6-app mix (issue 7 goal: decide + guards + apply <= 5 ms p99,
-    the loop <= 2% of a core at 500 ms), for PARTIES and for a controller that never changes anything."""
-    from env.serving import bench_sim
+def calibration_doc() -> str:
+    """The calibration report's description (the simulator's module docstring)."""
+    from env.sim import calibration
 
-    def factory(spec: str):
-        return lambda caps, scn, node: make_controller(spec, ControllerContext(caps, scn, node, 0))
+    return calibration.__doc__ or ""
 
-    return [
-        bench_sim(factory(s), scenario="mix6-const", label=f"serve loop, {s}") for s in ("parties", "static")
-    ]
+
+def bench_doc() -> str:
+    """The benchmark's description (the simulator bench's module docstring)."""
+    from env.sim import bench
+
+    return bench.__doc__ or ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the arguments and run the subcommand; the exit status (2 on bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     return run_cli(f"evaluate.py {args.command}", lambda: _run(args, argv))
 
 
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
+    """One call into the harness per subcommand."""
     if args.command == "compare":
-        scenario, path = load_scenario_arg(args.scenario)
-        results = run_compare(
-            scenario,
-            path,
-            parse_specs_arg(args.controllers),
-            args.seeds,
-            Path(args.out),
+        compare(
+            scenario=args.scenario,
+            controllers=args.controllers,
+            n_seeds=args.seeds,
+            out=Path(args.out),
             workers=args.workers,
-            guards=load_guards_arg(args.guards),
+            guards=args.guards,
             overwrite=args.overwrite,
             argv=argv,
         )
-        print(summary_table(results, parse_specs_arg(args.controllers)))
-        print(f"wrote {args.out}/")
-        return 0
-    if args.command == "timeline":
-        scenario, path = load_scenario_arg(args.scenario)
-        specs = parse_specs_arg(args.controllers)
-        run_timeline(
-            scenario,
-            path,
-            specs,
-            scenario.seed if args.seed is None else args.seed,
-            Path(args.out),
+    elif args.command == "timeline":
+        timeline(
+            scenario=args.scenario,
+            controllers=args.controllers,
+            seed=args.seed,
+            out=Path(args.out),
             workers=args.workers,
-            guards=load_guards_arg(args.guards),
+            guards=args.guards,
             overwrite=args.overwrite,
             argv=argv,
         )
-        print(f"wrote {args.out}/timeline.png")
-        return 0
-    if args.command == "maxload":
-        summary = run_maxload(args, argv)
-        print(maxload_markdown(summary, parse_specs_arg(args.controllers)))
-        print(f"wrote {args.out}/")
-        return 0
-    handler = getattr(args, "func", None)  # set by add_cli(subparsers) of the optional modules
-    if handler is None:
-        raise ConfigError(f"subcommand {args.command!r} registered no handler")
-    return int(handler(args) or 0)
+    elif args.command == "maxload":
+        run_maxload(
+            controllers=args.controllers,
+            out=Path(args.out),
+            apps=args.apps,
+            fixed_loads=args.fixed_loads,
+            loads=args.loads,
+            mixes=args.mixes,
+            mix_sizes=args.mix_sizes,
+            mix_search=args.mix_search,
+            seeds=args.seeds,
+            seed=args.seed,
+            platform=args.platform,
+            be=args.be,
+            warmup_s=args.warmup_s,
+            measure_s=args.measure_s,
+            guards=args.guards,
+            workers=args.workers,
+            overwrite=args.overwrite,
+            argv=argv,
+        )
+    elif args.command == "calibrate":
+        run_calibrate(args.out, seed=args.seed, workers=args.workers, overwrite=args.overwrite)
+    else:
+        run_bench(args.out, repeats=args.repeats, batch=args.batch, overwrite=args.overwrite)
+    return 0
 
 
 if __name__ == "__main__":

@@ -35,19 +35,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from env.config import run_cli
-
-
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return v
+from harness.argtypes import count
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """train.py's arguments (see the module docstring)."""
     doc = __doc__ or ""
     p = argparse.ArgumentParser(
         prog="train.py",
@@ -81,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--num-env-runners",
-        type=_count,
+        type=count,
         help="sampling actors (overrides resources.num_env_runners; 0 = sample in this process)",
     )
     p.add_argument(
@@ -100,27 +92,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the arguments and train; the exit status (2 on bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     return run_cli("train.py", lambda: _run(args, argv))
 
 
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
-    from agents.rllib.trainer import RunOptions, load_config_for, quiet_ray_logs, train
+    from harness.training import run_training  # imports torch and RLlib: after argument parsing
 
-    if not args.verbose:  # the progress lines are the output; Ray's INFO/WARNING chatter buries them
-        quiet_ray_logs()
-
-    config = load_config_for(args.config, args.overrides, args.resume)
-    options = RunOptions(
+    run_training(
+        config=args.config,
+        overrides=args.overrides,
         out=Path(args.out),
         ray_address=args.ray_address,
         num_env_runners=args.num_env_runners,
         resume=args.resume,
         overwrite=args.overwrite,
-        argv=tuple(argv),
+        verbose=args.verbose,
+        argv=argv,
     )
-    train(config, options)
     return 0
 
 

@@ -71,7 +71,7 @@ import torch
 from torch import nn
 
 from env.config import ConfigError
-from env.controller import BaseController
+from env.controller import BaseController, ControllerContext
 from env.features import (
     APP_FEATURES,
     N_APP_FEATURES,
@@ -80,6 +80,7 @@ from env.features import (
     FeatureConfig,
     ObservationEncoder,
 )
+from env.guards import GuardsConfig
 from env.gym_env import N_APP_MOVES, ActionCodec, describe_move
 from env.types import N_MOVES, Decision, Move, Observation
 
@@ -202,8 +203,10 @@ class ColocNet(nn.Module):
             self.critic_trunk = SetTrunk(spec.max_apps, h)
             self.value_head = nn.Sequential(nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
         # small initial scores: a near-uniform policy over the feasible moves at the start
-        nn.init.orthogonal_(self.app_head[-1].weight, gain=0.01)
-        nn.init.zeros_(self.app_head[-1].bias)
+        last = self.app_head[-1]
+        assert isinstance(last, nn.Linear)
+        nn.init.orthogonal_(last.weight, gain=0.01)
+        nn.init.zeros_(last.bias)
         if self.hold_head is not None:
             nn.init.orthogonal_(self.hold_head.weight, gain=0.01)
             nn.init.zeros_(self.hold_head.bias)
@@ -257,6 +260,7 @@ class PolicyMeta:
     algo: str = ""
     trained_iterations: int = 0
     trained_env_steps: int = 0
+    guards: GuardsConfig | None = None  # the guard chain it was trained under (None: not recorded)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -271,6 +275,9 @@ class PolicyMeta:
                 algo=str(data.get("algo", "")),
                 trained_iterations=int(data.get("trained_iterations", 0)),
                 trained_env_steps=int(data.get("trained_env_steps", 0)),
+                guards=None
+                if data.get("guards") is None
+                else GuardsConfig.from_dict(data["guards"], f"{where}: guards"),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{where}: bad policy metadata ({e})") from None
@@ -454,8 +461,8 @@ class RlController(BaseController):
         return Decision(decoded.allocation, reason=reason)
 
 
-def make(context: Any, arg: str | None) -> RlController:
-    """Factory of the registry spec `rl:PATH` (`baselines.registry.ControllerContext`, PATH)."""
+def make(context: ControllerContext, arg: str | None) -> RlController:
+    """Factory of the registry spec `rl:PATH` (`harness.registry`)."""
     if not arg:
         raise ConfigError("controller 'rl' needs a path: rl:PATH (a policy.pt or a train.py run directory)")
     return RlController(load_policy(arg))

@@ -706,7 +706,7 @@ class CocoController(BaseController):
 
 
 # ==================================================================================================
-# factories (baselines.registry)
+# the factory of the registry's CoCo specs
 # ==================================================================================================
 def build_coco(
     variant: str,
@@ -722,18 +722,3 @@ def build_coco(
         raise ConfigError(f"{variant}: the slowdown profile is measured in the simulator; no scenario given")
     profiles, cost = profile_scenario(scenario, caps, cfg)
     return CocoController(cfg, profiles, cost, name=variant)
-
-
-def make(context: Any, arg: str | None = None) -> CocoController:
-    """Spec `coco[:CONFIG]`: CoCo with its profile measured on the context's scenario (needs_sim)."""
-    return build_coco("coco", context.capabilities, context.scenario, arg)
-
-
-def make_rr(context: Any, arg: str | None = None) -> CocoController:
-    """Spec `coco-rr[:CONFIG]`: round-robin time-sharing of CoCo's CLOSes (Fig. 2 reference [30])."""
-    return build_coco("coco-rr", context.capabilities, context.scenario, arg)
-
-
-def make_nopart(context: Any, arg: str | None = None) -> CocoController:
-    """Spec `coco-nopart[:CONFIG]`: CoCo's core pinning without CAT/MBA partitioning (Fig. 2)."""
-    return build_coco("coco-nopart", context.capabilities, context.scenario, arg)

@@ -72,10 +72,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from env.config import CONFIGS, ConfigError, build, load_yaml
-from env.controller import BaseController
+from env.controller import BaseController, ControllerContext
 from env.types import Allocation, AppAlloc, Decision, Observation
 
 DEFAULT_CONFIG = CONFIGS / "baselines" / "heracles.yaml"
@@ -530,8 +530,10 @@ class HeraclesController(BaseController):
             notes.append(f"net (Alg. 4): LC {ls_bw:.2f} Gbps -> BE limit {be_bw:.2f} Gbps")
 
 
-def make(context: Any, arg: str | None = None, *, lc_bw_model: LcBwModel | None = None) -> HeraclesController:
-    """Registry factory (`baselines.registry`): spec `heracles` (default config) or `heracles:PATH`.
+def make(
+    context: ControllerContext, arg: str | None = None, *, lc_bw_model: LcBwModel | None = None
+) -> HeraclesController:
+    """Registry factory (`harness.registry`): spec `heracles` (default config) or `heracles:PATH`.
     `lc_bw_model` is the offline LC bandwidth model (Sec. 4.4); without it the measured LC bandwidth
     is used (module docstring). The registry entry may bind one built from `context.sim`'s profile."""
     return HeraclesController(arg or None, lc_bw_model=lc_bw_model)

@@ -80,13 +80,13 @@ import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from env.allocations import fair_allocation
 from env.config import CONFIGS, ConfigError, build, load_yaml
-from env.controller import BaseController
+from env.controller import BaseController, ControllerContext
 from env.types import Allocation, AppAlloc, Capabilities, Decision, Direction, Move, Observation
 
 if TYPE_CHECKING:
@@ -134,6 +134,7 @@ class OracleConfig:
 
 
 def load_oracle_config(path: str | Path | None = None) -> OracleConfig:
+    """The oracle's config from `path` (default: configs/baselines/oracle.yaml), strictly checked."""
     p = Path(path) if path is not None else DEFAULT_CONFIG
     data = load_yaml(p)
     return build(OracleConfig, {} if data is None else data, p.name)
@@ -177,8 +178,8 @@ class AnalyticBatch:
         self.dt = lay.platform.interval_s
         self.steps = steps
         self.lc = {lay.components[w].entity: w for w in lay.lc}
-        self.max_rps = {e: lay.components[w].profile.max_load_rps for e, w in self.lc.items()}
-        self.target_s = {e: lay.components[w].profile.qos_target_us / 1e6 for e, w in self.lc.items()}
+        self.max_rps = {e: lay.lc_profile(w).max_load_rps for e, w in self.lc.items()}
+        self.target_s = {e: lay.lc_profile(w).qos_target_us / 1e6 for e, w in self.lc.items()}
         self.be = dict(lay.be)
         self.be_norm = {
             b: engine.be_alone_progress(lay.components[idx[0]].profile, scenario.platform)
@@ -236,6 +237,9 @@ class AnalyticBatch:
 # ==================================================================================================
 @dataclass(frozen=True)
 class Plan:
+    """The allocation a search chose, its analytic evaluation, whether it is viable (module
+    docstring) and how many allocations were evaluated to find it."""
+
     allocation: Allocation
     evaluation: Evaluation
     viable: bool
@@ -267,8 +271,9 @@ class Planner:
         self.be_ways_min = caps.min_llc_ways if self.be else 0
         self.net_per_load = {}
         for w in self.batch.layout.lc:
-            c = self.batch.layout.components[w]
-            self.net_per_load[c.entity] = c.profile.max_load_rps * c.profile.net_bytes_per_req * 8 / 1e9
+            prof = self.batch.layout.lc_profile(w)
+            entity = self.batch.layout.components[w].entity
+            self.net_per_load[entity] = prof.max_load_rps * prof.net_bytes_per_req * 8 / 1e9
 
     # ---- allocations -------------------------------------------------------------------------
     def storage(self, loads: dict[str, float]) -> dict[str, tuple[float, float, float]]:
@@ -437,10 +442,10 @@ class Planner:
             pts: list[tuple[float, int]] = []
             best_w = math.inf
             for c in core_opts:
-                w = next((w for w in way_opts if meets[(a, c, w)]), None)
-                if w is not None and w < best_w:
-                    pts.append((c, w))
-                    best_w = w
+                fit_w = next((w for w in way_opts if meets[(a, c, w)]), None)
+                if fit_w is not None and fit_w < best_w:
+                    pts.append((c, fit_w))
+                    best_w = fit_w
             frontiers[a] = pts
         # step 2: joint combinations of frontier points that fit
         combos = self._combos(frontiers)
@@ -629,7 +634,7 @@ class OracleController(BaseController):
         return Decision(plan.allocation, reason=reason)
 
 
-def make(context: Any, arg: str | None = None) -> OracleController:
+def make(context: ControllerContext, arg: str | None = None) -> OracleController:
     """Spec `oracle[:CONFIG]` (needs_sim): the Oracle for the context's scenario and seed."""
     if context.scenario is None:
         raise ConfigError("oracle: needs the scenario (it plans with the simulator's model)")

@@ -71,11 +71,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from env.allocations import fair_allocation
 from env.config import CONFIGS, ConfigError, build, load_yaml
-from env.controller import BaseController
+from env.controller import BaseController, ControllerContext
 from env.moves import PlannedMove, plan_move
 from env.types import (
     Allocation,
@@ -239,8 +239,8 @@ class PartiesController(BaseController):
         # Alg. 2 / Alg. 3 second half: judge last interval's adjustment on this interval.
         reverted = self._judge(obs, alloc, tick)
         if reverted is not None:
+            assert reverted.allocation is not None
             alloc, move, app = reverted.allocation, reverted.move, reverted.app
-            assert alloc is not None
         else:
             planned = self._main(obs, alloc, tick)
             if planned is not None:
@@ -286,6 +286,7 @@ class PartiesController(BaseController):
         # Alg. 4: avoid ping-ponging a resource between two LC apps.
         victim = planned.counterpart
         if victim in self._lc_names and self._state[victim].action == planned.move:
+            assert planned.allocation is not None  # _select() returns feasible moves only
             self._state[victim].action = self._next_action(victim, Direction.UP, obs, planned.allocation)
             tick.notes.append(f"victim {victim}'s action advanced to {self._state[victim].action} (Alg. 4)")
         tick.notes.insert(
@@ -380,13 +381,15 @@ class PartiesController(BaseController):
         """Skip states until a feasible one (Sec. 4.2.3 "skipping states"): `next_action` is called
         again while the action is at the min/max of its resource (no feasible `plan_move`) or is the
         in-memory <DOWN,MEM> exception. None when no state of either wheel is feasible."""
+        caps = self.caps
+        assert caps is not None
         st = self._state[app]
         exhausted: set[Resource] = set()
         for _ in range(4 * len(Resource)):
             move = st.action
             assert move is not None and move.direction is direction
             if not self._skip_in_memory(app, move, obs, alloc):
-                planned = plan_move(obs, self.caps, app, move, alloc)  # type: ignore[arg-type]
+                planned = plan_move(obs, caps, app, move, alloc)
                 if planned.feasible:
                     return planned
             res = move.resource
@@ -526,7 +529,7 @@ def _q(x: float) -> float:
     return round(x, 6)
 
 
-def make(context: Any, arg: str | None = None) -> PartiesController:
-    """Registry factory (`baselines.registry`): spec `parties` (default config) or `parties:PATH`
+def make(context: ControllerContext, arg: str | None = None) -> PartiesController:
+    """Registry factory (`harness.registry`): spec `parties` (default config) or `parties:PATH`
     (another YAML file of `PartiesConfig` keys). PARTIES needs no offline knowledge (Sec. 4.3)."""
     return PartiesController(arg or None)

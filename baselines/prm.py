@@ -3,7 +3,7 @@
 Source: ../shared/seeds/003_dcecb9c58c61a3e7.txt (the "Q-PRM" thesis), Sections 4.1 (Intel
 Platform Resource Manager), 4.2 (QoS-aware PRM) and 5.5 (how the PRM was run). Constants are in
 `configs/baselines/prm.yaml`. Six specs (five algorithms), built by `build_controller(spec)` or,
-for `baselines.registry`, by the `make_*` factories:
+for the controller registry, by `make(spec, context)`:
 
 * ``prm``        NaiveController with CPU quota and CAT (the PRM's default, "PRM w/ CAT", Table 6.1)
 * ``prm-nocat``  NaiveController with CPU quota only ("PRM", run with --disable-cat, Table 6.1)
@@ -63,7 +63,7 @@ from env.controller import BaseController
 from env.types import Allocation, AppAlloc, Capabilities, Decision, Observation
 
 if TYPE_CHECKING:
-    from baselines.registry import ControllerContext
+    from env.controller import ControllerContext
     from env.sim.scenario import Scenario
 
 DEFAULT_CONFIG = CONFIGS / "baselines" / "prm.yaml"
@@ -254,11 +254,15 @@ def build_controller(
     raise ConfigError(f"unknown PRM controller {spec!r}; known: {list(SPECS)}")
 
 
-# Factories for baselines.registry: factory(context, arg) -> Controller.
-def _naive_factory(spec: str, context: ControllerContext) -> BaseController:
-    """The PRM is deployed after a profiling run of the LC app alone (Sec. 4.1.1, 5.5). In simulation,
-    when the YAML holds no profile, that run is made here on a fresh SimNode of the same scenario
-    without BE jobs, for `profile_run_s` (30 min in Sec. 5.5); on a real node the YAML profile is used."""
+# The factory of the registry's PRM and Q-PRM specs.
+def make(spec: str, context: ControllerContext) -> BaseController:
+    """The controller of `spec` (`prm`, `prm-nocat`, `qprm-step`, `qprm-prop`, `qprm-prop2`,
+    `qprm-basic`) for a run. The PRM is deployed after a profiling run of the LC app alone (Sec.
+    4.1.1, 5.5). In simulation, when the YAML holds no profile, that run is made here on a fresh
+    SimNode of the same scenario without BE jobs, for `profile_run_s` (30 min in Sec. 5.5); on a real
+    node the YAML profile is used. The Q-PRM controllers need no profile."""
+    if spec not in ("prm", "prm-nocat"):
+        return build_controller(spec)
     cfgs = load_configs()
     cfg = cfgs.prm if spec == "prm" else cfgs.prm_nocat
     unprofiled = cfg.profile.lc_max_util_cores is None and not cfg.profile.llc_bins
@@ -267,30 +271,6 @@ def _naive_factory(spec: str, context: ControllerContext) -> BaseController:
     lc = strictest_lc(context.capabilities)
     prof = profile_in_sim(context.scenario, lc, cfg.profile_run_s, seed=context.seed, cfg=cfg)
     return build_controller(spec, profile=prof)
-
-
-def make_prm(context: ControllerContext, arg: str | None = None) -> BaseController:
-    return _naive_factory("prm", context)
-
-
-def make_prm_nocat(context: ControllerContext, arg: str | None = None) -> BaseController:
-    return _naive_factory("prm-nocat", context)
-
-
-def make_qprm_step(context: ControllerContext, arg: str | None = None) -> BaseController:
-    return build_controller("qprm-step")
-
-
-def make_qprm_prop(context: ControllerContext, arg: str | None = None) -> BaseController:
-    return build_controller("qprm-prop")
-
-
-def make_qprm_prop2(context: ControllerContext, arg: str | None = None) -> BaseController:
-    return build_controller("qprm-prop2")
-
-
-def make_qprm_basic(context: ControllerContext, arg: str | None = None) -> BaseController:
-    return build_controller("qprm-basic")
 
 
 def strictest_lc(caps: Capabilities) -> str:

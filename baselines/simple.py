@@ -47,6 +47,8 @@ class _FixedController(BaseController):
 
 
 class UnmanagedController(_FixedController):
+    """No isolation, OS-managed (module docstring; PARTIES Sec. 5.2.3)."""
+
     name = "unmanaged"
 
     def _allocation(self) -> Allocation:
@@ -55,6 +57,8 @@ class UnmanagedController(_FixedController):
 
 
 class StaticController(_FixedController):
+    """PARTIES' fair start held for ever (module docstring; Alg. 1 `initialization()`)."""
+
     name = "static"
 
     def _allocation(self) -> Allocation:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from env.types import Allocation, AppAlloc, Capabilities
@@ -99,9 +100,44 @@ def fair_allocation(caps: Capabilities) -> Allocation:
 
 
 def unmanaged_allocation(caps: Capabilities) -> Allocation:
+    """No isolation (PARTIES Sec. 5.2.3): every app, BE jobs included, shares all cores
+    (group 0), all LLC ways (CLOS 0), the top frequency and the whole memory, disk and network."""
     top = caps.freq_levels_mhz[-1]
     apps = [
         AppAlloc(a.name, caps.cores, 0, caps.llc_ways, 0, top, caps.memory_gb, caps.disk_mbps, caps.net_gbps)
         for a in caps.apps
     ]
     return Allocation.of(apps, caps)
+
+
+def structure(alloc: Allocation) -> tuple[tuple[str, int, int], ...]:
+    """How the apps are grouped: (name, core group, CLOS) of each app, sorted. Two allocations with
+    the same structure differ only in amounts, so a change between them can be made unit by unit."""
+    return tuple(sorted((a.name, a.core_group, a.clos) for a in alloc.apps))
+
+
+def allocation_diff(before: Allocation, after: Allocation) -> list[str]:
+    """'app.field a->b' for every field that differs (apps only in `after` as '+app')."""
+    items = []
+    for a in after.apps:
+        if a.name not in before:
+            items.append(f"+{a.name}")
+            continue
+        b = before[a.name]
+        for f in dataclasses.fields(a):
+            x, y = getattr(b, f.name), getattr(a, f.name)
+            if x != y:
+                items.append(f"{a.name}.{f.name} {_fmt(x)}->{_fmt(y)}")
+    return items
+
+
+def describe_diff(before: Allocation, after: Allocation, limit: int = 6) -> str:
+    """`allocation_diff` as one line of at most `limit` items ("" when nothing differs)."""
+    items = allocation_diff(before, after)
+    if len(items) > limit:
+        items = [*items[:limit], f"... {len(items) - limit} more"]
+    return ", ".join(items)
+
+
+def _fmt(x: object) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
+import math
 import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 import yaml
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = REPO_ROOT / "configs"
@@ -47,6 +52,7 @@ def run_cli(prog: str, body: Callable[[], int]) -> int:
 
 
 def load_yaml(path: str | Path) -> Any:
+    """Parse the YAML file at `path` as plain data; a missing file or bad YAML is a `ConfigError`."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such file")
@@ -127,7 +133,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         if value not in allowed:
             raise ConfigError(f"{where}: {value!r} is not allowed; choose one of {list(allowed)}")
         return value
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a type hint: a class, never an instance
         return build(tp, value, where)
     if origin in (tuple, list):
         args = get_args(tp)
@@ -164,3 +170,19 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return value
     return value
+
+
+def plain_data(x: Any) -> Any:
+    """Data YAML and JSON can dump: dataclasses -> dicts, tuples and sets -> lists (sets sorted),
+    enums -> their values, NaN and infinities -> None."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return plain_data(dataclasses.asdict(x))
+    if isinstance(x, Mapping):
+        return {str(k): plain_data(v) for k, v in x.items()}
+    if isinstance(x, list | tuple | frozenset | set):
+        return [plain_data(v) for v in (sorted(x, key=str) if isinstance(x, frozenset | set) else x)]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, enum.Enum):
+        return x.value
+    return x

@@ -9,20 +9,49 @@ observations' timestamps. Baselines, RL policies and the BO agent all implement 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 
 from env.types import Capabilities, Decision, Observation
 
+if TYPE_CHECKING:
+    from env.sim.node import SimNode
+    from env.sim.scenario import Scenario
+
 
 @runtime_checkable
 class Controller(Protocol):
+    """The tick function every controller implements (module docstring): `reset` once per run with
+    the node's capabilities and an injected generator, then `decide` once per interval."""
+
     name: str
 
     def reset(self, capabilities: Capabilities, rng: np.random.Generator) -> None: ...
 
     def decide(self, observation: Observation) -> Decision: ...
+
+
+@dataclass(frozen=True)
+class ControllerContext:
+    """What a controller factory may use to build a controller for one run.
+
+    `capabilities` describe the node. In simulation, `scenario` is the scenario being run and `sim`
+    the node under evaluation (a `SimNode`); both are None on a real node. Some controllers need the
+    simulator offline (an oracle searches it, Heracles fits its DRAM bandwidth model, Sec. 4.4; CoCo
+    profiles slowdowns, Sec. 3.1). A factory must not step `sim`: it is the node being evaluated;
+    it builds a fresh `SimNode(scenario, seed=...)` to experiment."""
+
+    capabilities: Capabilities
+    scenario: Scenario | None = None
+    sim: SimNode | None = None
+    seed: int = 0
+
+
+ControllerFactory: TypeAlias = Callable[[ControllerContext, "str | None"], Controller]
+"""`factory(context, arg)`: the controller of a spec `name[:arg]` for one run."""
 
 
 class BaseController(ABC):

@@ -274,7 +274,11 @@ class ObservationEncoder:
         node[_N["idle_memory"]] = alloc.idle_memory_gb / caps.memory_gb
         node[_N["idle_disk"]] = alloc.idle_disk_mbps / caps.disk_mbps
         np.nan_to_num(
-            x, copy=False, nan=0.0, posinf=np.finfo(np.float32).max, neginf=np.finfo(np.float32).min
+            x,
+            copy=False,
+            nan=0.0,
+            posinf=float(np.finfo(np.float32).max),
+            neginf=float(np.finfo(np.float32).min),
         )
         np.clip(x, self.low, self.high, out=x)
         if out is None:

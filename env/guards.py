@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from env.allocations import describe_diff, structure
 from env.config import build
 from env.types import (
     Allocation,
@@ -97,12 +98,18 @@ class RateLimitConfig:
 
 @dataclass(frozen=True)
 class CooldownConfig:
+    """Seconds an LC app is protected from reductions after it missed its target
+    (`after_violation_s`) and between two of its reductions (`between_downsizes_s`)."""
+
     after_violation_s: float = 5.0
     between_downsizes_s: float = 2.0
 
 
 @dataclass(frozen=True)
 class EmergencyConfig:
+    """When the QoS emergency starts (`trigger_ticks` consecutive ticks with some LC app's p99 over
+    `trigger_tardiness` x its target) and ends (`recover_ticks` consecutive ticks with every target met)."""
+
     trigger_tardiness: float = 2.0  # p99 / target
     trigger_ticks: int = 2
     recover_ticks: int = 10
@@ -172,6 +179,8 @@ def clamp_only() -> GuardChain:
 
 
 def build_guards(cfg: GuardsConfig) -> GuardChain:
+    """The chain `cfg` selects, in the fixed order clamp -> emergency -> cooldown -> rate_limit ->
+    lc_floor (module docstring: why this order)."""
     guards: list[Guard] = []
     if cfg.clamp:
         guards.append(ClampGuard())
@@ -242,31 +251,6 @@ def _step(res: Resource, caps: Capabilities) -> float:
 def _set(alloc: Allocation, res: Resource, member: str, amount: float) -> Allocation:
     v: float | int = round(amount) if res is Resource.CACHE else amount
     return alloc.replace_app(member, **{_field(res): v})
-
-
-def _structure(alloc: Allocation) -> tuple[tuple[str, int, int], ...]:
-    return tuple(sorted((a.name, a.core_group, a.clos) for a in alloc.apps))
-
-
-def _diff(before: Allocation, after: Allocation, limit: int = 6) -> str:
-    """'app.field a->b' for what changed (at most `limit` items)."""
-    items = []
-    for a in after.apps:
-        if a.name not in before:
-            items.append(f"+{a.name}")
-            continue
-        b = before[a.name]
-        for f in dataclasses.fields(a):
-            x, y = getattr(b, f.name), getattr(a, f.name)
-            if x != y:
-                items.append(f"{a.name}.{f.name} {_fmt(x)}->{_fmt(y)}")
-    if len(items) > limit:
-        items = [*items[:limit], f"... {len(items) - limit} more"]
-    return ", ".join(items)
-
-
-def _fmt(x: Any) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
 
 
 def _reduce_excess(
@@ -372,7 +356,7 @@ class ClampGuard:
             validate_allocation(fixed, caps)
         except AllocationError as e:
             return dataclasses.replace(decision, allocation=None), f"cannot repair ({e}): held"
-        return dataclasses.replace(decision, allocation=fixed), _diff(target, fixed) or "repaired"
+        return dataclasses.replace(decision, allocation=fixed), describe_diff(target, fixed) or "repaired"
 
 
 def _nearest(levels: Sequence[int], x: float) -> int:
@@ -499,7 +483,7 @@ class LcFloorGuard:
                     out = out.replace_app(a.name, freq_mhz=lvl)
         if out == base:
             return decision, ""
-        return dataclasses.replace(decision, allocation=out), _diff(base, out)
+        return dataclasses.replace(decision, allocation=out), describe_diff(base, out)
 
     @staticmethod
     def _raise_to(alloc: Allocation, res: Resource, floor: float, caps: Capabilities) -> Allocation:
@@ -561,17 +545,20 @@ class RateLimitGuard:
         if target is None:
             return decision, ""
         current = obs.allocation
-        if _structure(target) != _structure(current):
+        if structure(target) != structure(current):
             return dataclasses.replace(decision, allocation=None), "regrouping is not rate-limited: held"
         out = limit_lc_decreases(current, target, caps, self._allowed)
         if out == target:
             return decision, ""
-        return dataclasses.replace(decision, allocation=out), _diff(target, out)
+        return dataclasses.replace(decision, allocation=out), describe_diff(target, out)
 
 
 # ---- cooldown --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CooldownState:
+    """Per LC app, when it last missed its target and was last reduced (simulated or wall
+    seconds, from the observations), and the allocation of the previous tick."""
+
     last_violation_s: dict[str, float] = field(default_factory=dict)
     last_reduction_s: dict[str, float] = field(default_factory=dict)
     previous: Allocation | None = None
@@ -617,7 +604,7 @@ class CooldownGuard:
         wanted = _reductions(obs.allocation, target, caps) & blocked
         if not wanted:
             return decision, ""
-        if _structure(target) != _structure(obs.allocation):
+        if structure(target) != structure(obs.allocation):
             return dataclasses.replace(decision, allocation=None), "regrouping during a cooldown: held"
         out = limit_lc_decreases(
             obs.allocation, target, caps, lambda app, res: 0.0 if app in blocked else math.inf
@@ -628,6 +615,9 @@ class CooldownGuard:
 # ---- QoS emergency ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EmergencyState:
+    """Consecutive ticks over the trigger (`bad_ticks`) and with every target met
+    (`good_ticks`), and whether the emergency is on."""
+
     bad_ticks: int = 0
     active: bool = False
     good_ticks: int = 0
@@ -657,7 +647,7 @@ class EmergencyGuard:
             self.state = EmergencyState(bad, True, 0)
             out = emergency_allocation(obs.allocation, [a.name for a in severe], caps)
             note = f"p99 > {cfg.trigger_tardiness:g}x target for {[a.name for a in severe]}: BE paused"
-            what = _diff(obs.allocation, out)
+            what = describe_diff(obs.allocation, out)
             return (
                 dataclasses.replace(decision, allocation=out, move=None, app=None),
                 f"{note}; {what}" if what else f"{note}; nothing left to reclaim",
@@ -671,7 +661,7 @@ class EmergencyGuard:
         target = decision.allocation
         if not _reductions(obs.allocation, target, caps):
             return decision, ""
-        if _structure(target) != _structure(obs.allocation):
+        if structure(target) != structure(obs.allocation):
             return dataclasses.replace(decision, allocation=None), "regrouping during an emergency: held"
         # the apps missing their targets lose nothing; healthy LC apps may still give to them
         # (PARTIES' own remedy, Sec. 4.2.4: the victim is the app with the most slack)

@@ -1,4 +1,4 @@
-"""`NodeEnv`: the Gymnasium face of a managed node (DESIGN §2 `gym_env`; issue 3).
+"""`NodeEnv`: the Gymnasium face of a managed node (DESIGN §2 `gym_env`).
 
 This module holds the env, its config (`EnvConfig`), the action codec shared with the vector env
 and the RL controller (`ActionCodec`), the RLlib action-mask wrapper (`ActionMaskObs`) and the
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, get_args, get_type_hints
+from typing import Any, Literal, get_args, get_type_hints
 
 import gymnasium as gym
 import numpy as np
@@ -25,12 +25,13 @@ from gymnasium import spaces
 
 from env.config import ConfigError, build
 from env.features import FeatureConfig, ObservationEncoder
+from env.guards import GuardChain, GuardsConfig, build_guards
 from env.moves import move_mask, plan_move
 from env.node import Node
 from env.rewards import QosFirstReward, RewardConfig, RewardFn, RewardTerms
 from env.scenario_sampler import SamplerConfig, ScenarioSampler
 from env.sim.scenario import Scenario, load_scenario
-from env.types import N_MOVES, Allocation, Capabilities, Direction, Move, Observation, Resource
+from env.types import N_MOVES, Allocation, Capabilities, Decision, Direction, Move, Observation, Resource
 
 ActionMode = Literal["single", "per_app"]
 N_APP_MOVES = N_MOVES - 1  # the ten PARTIES moves of one app (HOLD is shared)
@@ -54,6 +55,9 @@ class EnvConfig:
     * `episode_intervals`: episode length in control intervals; None = the scenario's duration
       (`DEFAULT_EPISODE_S` when the node runs its own scenario and does not expose it).
     * `reward`, `features`: weights of the default reward and node scales of the features.
+    * `guards`: the guard chain every action passes before it reaches the node (`env.guards`;
+      clamp only by default). Choose the chain the policy will be served under: a policy trained
+      without a rate limit or cooldown behaves differently when served with them (DESIGN §3).
     """
 
     max_apps: int = 6
@@ -63,6 +67,7 @@ class EnvConfig:
     episode_intervals: int | None = None
     reward: RewardConfig = field(default_factory=RewardConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
+    guards: GuardsConfig = field(default_factory=GuardsConfig)
 
     def __post_init__(self) -> None:
         if self.max_apps < 1:
@@ -232,6 +237,17 @@ def describe_move(app: str, move: Move, counterpart: str | None) -> str:
     return f"{app}:{move} to {counterpart or 'idle'}"
 
 
+def guarded_target(
+    guards: GuardChain, decoded: DecodedAction, obs: Observation, caps: Capabilities
+) -> Allocation | None:
+    """The allocation to apply after the guard chain, None to keep the current one. The decoded
+    action is a decision like any controller's (a hold when it changes nothing), so the chain sees
+    every interval, as in `env.loop` (a guard may act on a hold, e.g. the QoS emergency)."""
+    proposed = None if decoded.allocation is obs.allocation else decoded.allocation
+    decision, _ = guards.apply(Decision(proposed, reason="policy"), obs, caps)
+    return decision.allocation
+
+
 def step_info(
     obs: Observation, terms: RewardTerms, decoded: DecodedAction, mask: np.ndarray, scenario: str, t: int
 ) -> dict[str, Any]:
@@ -250,11 +266,13 @@ def step_info(
 
 
 def reset_info(obs: Observation, mask: np.ndarray, scenario: str) -> dict[str, Any]:
+    """The `info` of a reset (the same keys as `step_info` where they apply; interval 0)."""
     return {"action_mask": mask, "scenario": scenario, "time_s": float(obs.time_s), "interval": 0}
 
 
 # ---- episodes -----------------------------------------------------------------------------------
 def as_scenario(value: str | Scenario) -> Scenario:
+    """A scenario given by name (configs/scenarios/) or already loaded."""
     return value if isinstance(value, Scenario) else load_scenario(value)
 
 
@@ -418,7 +436,8 @@ class NodeEnv(gym.Env):
     * v0: initial version.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 2}
+    # not a ClassVar: gymnasium's Env declares `metadata` as an instance attribute
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 2}  # noqa: RUF012
 
     def __init__(
         self,
@@ -441,6 +460,7 @@ class NodeEnv(gym.Env):
         self.observation_space = self.encoder.space
         self.action_space = self.codec.space
         self.node = node
+        self.guards = build_guards(self.config.guards)
         self._obs: Observation | None = None
         self._caps: Capabilities | None = None
         self._mask: np.ndarray | None = None
@@ -468,25 +488,28 @@ class NodeEnv(gym.Env):
         self._length = self.planner.episode_intervals(running, caps)
         self._scenario_name = running.name if isinstance(running, Scenario) else ""
         self._caps, self._t = caps, 0
+        self.guards.reset(caps)
         self._t0_s = self.node.clock.now()
-        x = self._observe(obs, previous=None)
-        return x, reset_info(obs, self._mask, self._scenario_name)  # type: ignore[arg-type]
+        x, mask = self._observe(obs, previous=None)
+        return x, reset_info(obs, mask, self._scenario_name)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._obs is None or self.node is None or self._caps is None:
             raise gym.error.ResetNeeded("call reset() before step()")
         decoded = self.codec.decode(action, self._obs, self._caps)
-        if decoded.allocation is not self._obs.allocation:
-            self.node.apply(decoded.allocation)
+        target = guarded_target(self.guards, decoded, self._obs, self._caps)
+        if target is not None:
+            self.node.apply(target)
         self._t += 1
         self.node.clock.sleep_until(self._t0_s + self._t * self._caps.interval_s)
         obs = self.node.observe()
         terms = self.reward_fn(obs, self._caps)
-        x = self._observe(obs, previous=self._obs)
-        info = step_info(obs, terms, decoded, self._mask, self._scenario_name, self._t)  # type: ignore[arg-type]
+        x, mask = self._observe(obs, previous=self._obs)
+        info = step_info(obs, terms, decoded, mask, self._scenario_name, self._t)
         return x, terms.reward, False, self._t >= self._length, info
 
-    def render(self) -> str | None:
+    # gymnasium types render() with a free TypeVar (RenderFrame); the "ansi" mode returns text
+    def render(self) -> str | None:  # type: ignore[override]
         if self.render_mode != "ansi" or self._obs is None or self._caps is None:
             return None
         return render_text(self._obs, self._caps)
@@ -505,11 +528,12 @@ class NodeEnv(gym.Env):
     def capabilities(self) -> Capabilities | None:
         return self._caps
 
-    def _observe(self, obs: Observation, previous: Observation | None) -> np.ndarray:
+    def _observe(self, obs: Observation, previous: Observation | None) -> tuple[np.ndarray, np.ndarray]:
+        """The encoded observation and its action mask; both are kept for the next step."""
         assert self._caps is not None
         self._obs = obs
-        self._mask = self.codec.mask(obs, self._caps)
-        return self.encoder.encode(obs, self._caps, previous=previous)
+        self._mask = mask = self.codec.mask(obs, self._caps)
+        return self.encoder.encode(obs, self._caps, previous=previous), mask
 
 
 def render_text(obs: Observation, caps: Capabilities) -> str:
@@ -534,6 +558,8 @@ def render_text(obs: Observation, caps: Capabilities) -> str:
 
 # ---- RLlib action masking -----------------------------------------------------------------------
 def mask_space(codec: ActionCodec) -> spaces.Box:
+    """The Box of the flattened action mask (0/1 floats, `codec.mask_size` entries) in RLlib's
+    Dict observation."""
     return spaces.Box(0.0, 1.0, shape=(codec.mask_size,), dtype=np.float32)
 
 
@@ -555,7 +581,9 @@ class ActionMaskObs(gym.Wrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        codec: ActionCodec = env.unwrapped.codec  # type: ignore[attr-defined]
+        base = env.unwrapped
+        assert isinstance(base, NodeEnv), f"ActionMaskObs wraps a NodeEnv, not {type(base).__name__}"
+        codec = base.codec
         self.observation_space = spaces.Dict(
             {"observations": env.observation_space, "action_mask": mask_space(codec)}
         )

@@ -83,6 +83,8 @@ def qos_guarantee(records: Sequence[TickRecord], warmup_s: float = 0.0) -> float
 
 
 def qos_guarantee_per_app(records: Sequence[TickRecord], warmup_s: float = 0.0) -> dict[str, float]:
+    """Per LC app, the fraction of its valid measured samples that meet its target (NaN when
+    it has none; module docstring)."""
     out: dict[str, list[bool]] = {}
     for r in measured(records, warmup_s):
         for a in r.apps:
@@ -100,6 +102,8 @@ def mean_tardiness(records: Sequence[TickRecord], warmup_s: float = 0.0) -> floa
 
 
 def mean_tardiness_per_app(records: Sequence[TickRecord], warmup_s: float = 0.0) -> dict[str, float]:
+    """Per LC app, the mean p99 / target over its valid measured samples (Q-PRM's tardiness;
+    NaN when it has none)."""
     out: dict[str, list[float]] = {}
     for r in measured(records, warmup_s):
         for a in r.apps:
@@ -115,6 +119,7 @@ def violations(records: Sequence[TickRecord], warmup_s: float = 0.0) -> int:
 
 
 def violations_per_app(records: Sequence[TickRecord], warmup_s: float = 0.0) -> dict[str, int]:
+    """Per LC app, the number of its valid measured samples over its target."""
     out: dict[str, int] = {}
     for r in measured(records, warmup_s):
         for a in r.apps:
@@ -123,6 +128,7 @@ def violations_per_app(records: Sequence[TickRecord], warmup_s: float = 0.0) -> 
 
 
 def invalid_intervals(records: Sequence[TickRecord], warmup_s: float = 0.0) -> int:
+    """Measured intervals with a failed latency feed: left out of the QoS metrics, counted here."""
     return sum(not r.valid for r in measured(records, warmup_s))
 
 

@@ -72,10 +72,12 @@ def victim_candidates(
     if res is Resource.MEM:
         mem = memory_slack_gb(obs, alloc)
         rich = sorted((n for n in others if mem.get(n, 0.0) > MEM_VICTIM_MIN_SLACK_GB), key=lambda n: -mem[n])
+        poor = sorted((n for n in others if n not in rich), key=lambda n: -lat[n])
         order += rich
-        order += sorted((n for n in others if n not in rich), key=lambda n: -lat[n])
+        order += poor
     else:
-        order += sorted(others, key=lambda n: -lat[n])
+        by_slack = sorted(others, key=lambda n: -lat[n])
+        order += by_slack
     return order
 
 
@@ -105,13 +107,14 @@ def plan_move(
         if not why:
             return PlannedMove(app, move, alloc.with_move(app, move, caps, c), c, "")
         reasons.append(why)
-    if move.direction is Direction.UP and move.resource is not Resource.FREQ:
+    res = move.resource
+    if move.direction is Direction.UP and res is not None and res is not Resource.FREQ:
         return PlannedMove(
             app,
             move,
             None,
             None,
-            f"no victim can give one unit of {move.resource.value}: {reasons[-1] if reasons else ''}",
+            f"no victim can give one unit of {res.value}: {reasons[-1] if reasons else ''}",
         )
     return PlannedMove(app, move, None, None, reasons[-1] if reasons else "infeasible")
 

@@ -76,6 +76,8 @@ class RewardTerms:
 
 
 class RewardFn(Protocol):
+    """A reward: terms of one interval from its observation and the node's capabilities."""
+
     def __call__(self, obs: Observation, caps: Capabilities) -> RewardTerms: ...
 
 

@@ -63,6 +63,7 @@ def mix_of(scenario: Scenario) -> frozenset[str]:
 
 
 def is_heldout(scenario: Scenario, heldout: tuple[frozenset[str], ...] = HELDOUT_MIXES) -> bool:
+    """Whether the scenario's mix of apps is kept out of training for evaluation (`HELDOUT_MIXES`)."""
     return mix_of(scenario) in heldout
 
 

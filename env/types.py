@@ -31,7 +31,7 @@ import enum
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 AppKind = Literal["lc", "be"]
 
@@ -55,6 +55,8 @@ _RESOURCE_ORDER: tuple[Resource, ...] = tuple(Resource)
 
 
 class Direction(enum.Enum):
+    """The direction of a PARTIES move: UP gives the app one unit more, DOWN one unit less."""
+
     UP = "up"
     DOWN = "down"
 
@@ -538,19 +540,24 @@ class QosVerdict:
 
     __slots__ = ()
 
+    if TYPE_CHECKING:  # fields of the dataclasses that mix this in
+        p99_us: float
+        target_us: float
+        valid: bool
+
     @property
     def slack(self) -> float:
         """(target - p99) / target, positive when QoS is met; NaN for an invalid sample."""
-        return slack(self.target_us, self.p99_us) if self.valid else math.nan  # type: ignore[attr-defined]
+        return slack(self.target_us, self.p99_us) if self.valid else math.nan
 
     @property
     def tardiness(self) -> float:
         """p99 / target (Q-PRM's QoS tardiness; > 1 is a violation); NaN for an invalid sample."""
-        return self.p99_us / self.target_us if self.valid else math.nan  # type: ignore[attr-defined]
+        return self.p99_us / self.target_us if self.valid else math.nan
 
     @property
     def meets_qos(self) -> bool:
-        return self.valid and self.p99_us <= self.target_us  # type: ignore[attr-defined]
+        return self.valid and self.p99_us <= self.target_us
 
 
 @dataclass(frozen=True, slots=True)

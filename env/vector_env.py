@@ -20,8 +20,8 @@ Autoreset (`metadata["autoreset_mode"]`): `NEXT_STEP` (default, what RLlib 2.60 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -31,11 +31,13 @@ from gymnasium.vector.utils import batch_space
 
 from env.config import ConfigError
 from env.features import ObservationEncoder
+from env.guards import build_guards
 from env.gym_env import (
     ActionCodec,
     DecodedAction,
     EnvConfig,
     EpisodePlanner,
+    guarded_target,
     mask_space,
     masked_observation,
     reset_info,
@@ -45,7 +47,7 @@ from env.rewards import QosFirstReward, RewardFn
 from env.sim.engine import build_layout
 from env.sim.node import SimFleet
 from env.sim.scenario import Scenario
-from env.types import Capabilities, Observation
+from env.types import Allocation, Capabilities, Observation
 
 
 class NodeVectorEnv(VectorEnv):
@@ -54,7 +56,8 @@ class NodeVectorEnv(VectorEnv):
     `(num_envs, n_features)` float32; actions are `(num_envs,)` in single mode and
     `(num_envs, max_apps)` in per-app mode; `info["action_mask"]` is batched the same way."""
 
-    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+    # not a ClassVar: gymnasium's VectorEnv declares `metadata` as an instance attribute
+    metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}  # noqa: RUF012
 
     def __init__(
         self,
@@ -79,6 +82,7 @@ class NodeVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.fleet: SimFleet | None = None
+        self._guards = [build_guards(self.config.guards) for _ in range(num_envs)]  # state per sub-env
         self._width = 0
         self._rngs: list[np.random.Generator] = []
         self._obs: list[Observation | None] = [None] * num_envs
@@ -95,7 +99,7 @@ class NodeVectorEnv(VectorEnv):
 
     # -- gymnasium API ---------------------------------------------------------------------------
     def reset(
-        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         options = dict(options or {})
         reset_mask = options.pop("reset_mask", None)
@@ -125,7 +129,7 @@ class NodeVectorEnv(VectorEnv):
                     self._rngs[i] = rng
         plans = {int(i): self.planner.draw(self._rngs[i], scenario_opt) for i in which}
         if self.fleet is None or (seed is not None and reset_mask is None):
-            self._build_fleet([plans[i][0] for i in range(self.num_envs)])  # type: ignore[misc]
+            self._build_fleet([plans[i][0] for i in range(self.num_envs)])
         infos: dict[str, Any] = {}
         for i in which:
             scn, node_seed = plans[int(i)]
@@ -148,15 +152,14 @@ class NodeVectorEnv(VectorEnv):
                 f"sub-envs {np.flatnonzero(self._done).tolist()} are done: reset them with reset_mask"
             )
         decoded: list[DecodedAction | None] = [None] * self.num_envs
-        allocs = []
+        allocs: list[Allocation | None] = []
         for i in range(self.num_envs):
-            obs, caps = self._obs[i], self._caps[i]
-            if restart[i] or obs is None or caps is None:
+            prev, caps = self._obs[i], self._caps[i]
+            if restart[i] or prev is None or caps is None:
                 allocs.append(None)
                 continue
-            d = self.codec.decode(actions[i], obs, caps)
-            decoded[i] = d
-            allocs.append(d.allocation if d.allocation is not obs.allocation else None)
+            decoded[i] = dec = self.codec.decode(actions[i], prev, caps)
+            allocs.append(guarded_target(self._guards[i], dec, prev, caps))
         observations = self.fleet.step(allocs)  # one kernel call for every node
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         terminations = np.zeros(self.num_envs, dtype=bool)
@@ -206,7 +209,7 @@ class NodeVectorEnv(VectorEnv):
         return self._mask.copy()
 
     # -- internals --------------------------------------------------------------------------------
-    def _seeds(self, seed: int | list[int | None] | None) -> list[int | None]:
+    def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
         if seed is None:
             return [None] * self.num_envs
         if isinstance(seed, int):
@@ -221,7 +224,9 @@ class NodeVectorEnv(VectorEnv):
             need = max(need, self.config.max_apps + self.planner.sampler.max_be_components)
         return need
 
-    def _build_fleet(self, scenarios: list[Scenario]) -> None:
+    def _build_fleet(self, drawn: list[Scenario | None]) -> None:
+        scenarios = [s for s in drawn if s is not None]
+        assert len(scenarios) == len(drawn)  # for_simulation(): the planner always draws a scenario
         self._width = self._width_for(scenarios)
         fleet_seed = int(self.np_random.integers(2**63))
         self.fleet = SimFleet(scenarios, seed=fleet_seed, width=self._width)
@@ -236,6 +241,7 @@ class NodeVectorEnv(VectorEnv):
         obs = self.fleet.reset(i, node_seed, scenario)
         caps = self.fleet.nodes[i].capabilities()
         self._caps[i] = caps
+        self._guards[i].reset(caps)
         self._names[i] = scenario.name
         self._t[i] = 0
         self._length[i] = self.planner.episode_intervals(scenario, caps)
@@ -255,15 +261,17 @@ class VectorActionMaskObs(VectorWrapper):
     """The vector form of `env.gym_env.ActionMaskObs`: batched Dict observations
     {"observations": (B, n_features), "action_mask": (B, mask_size)} for RLlib."""
 
+    env: NodeVectorEnv
+
     def __init__(self, env: NodeVectorEnv) -> None:
         super().__init__(env)
-        codec: ActionCodec = env.unwrapped.codec  # type: ignore[attr-defined]
+        codec: ActionCodec = env.unwrapped.codec
         self.single_observation_space = spaces.Dict(
             {"observations": env.single_observation_space, "action_mask": mask_space(codec)}
         )
         self.observation_space = batch_space(self.single_observation_space, env.num_envs)
 
-    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None):
         x, info = self.env.reset(seed=seed, options=options)
         return masked_observation(x, self._mask(info), batched=True), info
 

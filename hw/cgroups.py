@@ -89,9 +89,8 @@ def detect_layout(root: str | Path = "/sys/fs/cgroup", fs: Sysfs | None = None) 
         for logical, name in V1_CONTROLLERS.items()
         if fs.exists(root / name / "cgroup.procs")
     }
-    unified = root / "unified"
-    if not fs.exists(unified / "cgroup.controllers"):
-        unified = None  # type: ignore[assignment]
+    hybrid = root / "unified"
+    unified = hybrid if fs.exists(hybrid / "cgroup.controllers") else None
     if not v1:
         raise HwInputError(
             f"no cgroup hierarchy under {root}: mount cgroup2 there (mount -t cgroup2 none {root}) "
@@ -456,9 +455,9 @@ class Cgroups:
         if self.layout.version == 2:
             q, p = self.fs.read(d / "cpu.max").split()
             return None if q == "max" else int(q) / int(p)
-        q = int(self.fs.read(d / "cpu.cfs_quota_us"))
-        p = int(self.fs.read(d / "cpu.cfs_period_us"))
-        return None if q < 0 else q / p
+        quota_us = int(self.fs.read(d / "cpu.cfs_quota_us"))
+        period_us = int(self.fs.read(d / "cpu.cfs_period_us"))
+        return None if quota_us < 0 else quota_us / period_us
 
     def set_cpu_quota(self, ref: CgroupRef, cores: float | None, period_us: int = 100_000) -> float | None:
         if cores is not None and (not math.isfinite(cores) or cores <= 0):
@@ -493,8 +492,8 @@ class Cgroups:
         if self.layout.version == 2:
             v = self.fs.read(d / "memory.max").strip()
             return None if v == "max" else int(v)
-        v = int(self.fs.read(d / "memory.limit_in_bytes"))
-        return None if v >= V1_UNLIMITED_BYTES else v
+        limit = int(self.fs.read(d / "memory.limit_in_bytes"))
+        return None if limit >= V1_UNLIMITED_BYTES else limit
 
     def memory_usage(self, ref: CgroupRef) -> tuple[int, int]:
         """(usage, working set) in bytes; working set = usage - inactive page cache."""

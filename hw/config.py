@@ -139,6 +139,9 @@ class FeedConfig:
 
 @dataclass(frozen=True)
 class LinuxNodeConfig:
+    """A `LinuxNode` (module docstring): the managed apps, the knobs and how each is driven, the kernel
+    roots (arguments, so tests run on fake trees), the journal and the latency feed."""
+
     name: str
     apps: tuple[AppTarget, ...]
     description: str = ""

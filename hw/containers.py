@@ -42,6 +42,9 @@ class DockerUnavailable(HwError):
 
 @dataclass(frozen=True)
 class ContainerInfo:
+    """What the Docker engine says about one container: id, name, main PID (0 when not running),
+    status and labels."""
+
     id: str
     name: str
     pid: int  # main process (0 when not running)

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 from urllib.parse import urlsplit
 
 MonotonicClock = Callable[[], float]
@@ -404,7 +404,7 @@ class FileFeed(_ReaderBase):
             raise ValueError(f"latency feed file {self.path} is a directory")
         self._wall = wall_clock
         self._lock = threading.Lock()
-        self._f = None
+        self._f: BinaryIO | None = None
         self._inode: tuple[int, int] | None = None
         self._pos = 0
         self._partial = b""
@@ -421,7 +421,7 @@ class FileFeed(_ReaderBase):
             self._f.close()
         self._f, self._inode, self._partial = f, (st.st_dev, st.st_ino), b""
         self._pos = st.st_size if (initial and not self._from_start) else 0
-        self._f.seek(self._pos)  # writers append whole lines, so the end is a line boundary
+        f.seek(self._pos)  # writers append whole lines, so the end is a line boundary
         return True
 
     def _reopen_if_rotated(self) -> None:
@@ -432,6 +432,7 @@ class FileFeed(_ReaderBase):
         if (st.st_dev, st.st_ino) != self._inode:
             self._open(initial=False)
         elif st.st_size < self._pos:  # truncated
+            assert self._f is not None  # the inode matched: the file is open
             self._pos, self._partial = 0, b""
             self._f.seek(0)
 
@@ -441,8 +442,10 @@ class FileFeed(_ReaderBase):
             if self._f is None and not self._open(initial=False):
                 return 0
             self._reopen_if_rotated()
-            self._f.seek(self._pos)
-            data = self._f.read()
+            f = self._f
+            assert f is not None  # opened above; reopening keeps the old file when the new one is missing
+            f.seek(self._pos)
+            data = f.read()
             if not data:
                 return 0
             self._pos += len(data)

@@ -1,4 +1,4 @@
-"""An open-loop load generator for memcached (text protocol) and HTTP/1.1 servers (issue 6).
+"""An open-loop load generator for memcached (text protocol) and HTTP/1.1 servers.
 
 Open loop: the send times are a Poisson process at `max_load_rps x trace(t)` (an `env.sim.traces`
 spec, the same load shapes the simulator uses), drawn in advance from an injected seed and never
@@ -95,13 +95,19 @@ class Target:
     @classmethod
     def parse(cls, url: str) -> Target:
         parts = urlsplit(url)
-        if parts.scheme not in ("memcached", "http"):
+        protocol: Literal["memcached", "http"]
+        if parts.scheme == "memcached":
+            protocol = "memcached"
+        elif parts.scheme == "http":
+            protocol = "http"
+        else:
             raise ConfigError(f"target {url!r}: expected memcached://HOST:PORT or http://HOST:PORT/PATH")
         try:
             port = parts.port
         except ValueError:
             raise ConfigError(f"target {url!r}: the port is not a number in 0..65535") from None
-        if not parts.hostname:
+        host = parts.hostname
+        if not host:
             raise ConfigError(f"target {url!r}: no host")
         if port is None:
             port = 11211 if parts.scheme == "memcached" else 80
@@ -110,7 +116,7 @@ class Target:
         if parts.scheme == "memcached" and parts.path not in ("", "/"):
             raise ConfigError(f"target {url!r}: a memcached target has no path")
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        return cls(parts.scheme, parts.hostname, port, path)  # type: ignore[arg-type]
+        return cls(protocol, host, port, path)
 
     @property
     def url(self) -> str:
@@ -549,7 +555,8 @@ class _Conn(asyncio.Protocol):
         self.outbuf: list[bytes] = []  # requests of the current burst, written by LoadGenerator._flush
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport)  # create_connection(): a stream transport
+        self.transport = transport
         self.up = True
 
     def data_received(self, data: bytes) -> None:
@@ -1072,8 +1079,9 @@ class LoadGenerator:
                         st.app,
                         st.p99_us,
                         st.scheduled_rps,
-                        p50_us=st.p50_us,
-                        p999_us=st.p999_us,
+                        # set together with p99_us (one histogram summary); NaN is the feed's "absent"
+                        p50_us=math.nan if st.p50_us is None else st.p50_us,
+                        p999_us=math.nan if st.p999_us is None else st.p999_us,
                         requests=st.samples,
                     )
                 except Exception as e:
@@ -1175,6 +1183,7 @@ def _progress_line(st: IntervalStats) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m hw.loadgen` (its --help)."""
     ap = argparse.ArgumentParser(
         prog="python -m hw.loadgen",
         description=(
@@ -1232,6 +1241,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m hw.loadgen`: exit 0 when done, 1 when the target could not be reached, 2 on bad arguments."""
     ap = build_parser()
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -30,7 +30,7 @@ from hw.resctrl import ResctrlInfo
 from hw.resctrl import read_info as read_resctrl
 from hw.runner import HwError, HwInputError, Runner, Sysfs
 
-KNOB_RESOURCE: dict[str, Resource] = {
+KNOB_RESOURCE: dict[Knob, Resource] = {
     "core": Resource.CORE,
     "cache": Resource.CACHE,
     "freq": Resource.FREQ,
@@ -45,6 +45,9 @@ class CapabilityError(HwError):
 
 @dataclass(frozen=True)
 class ProbeResult:
+    """What the probe found on this host (module docstring): CPUs and physical cores, memory, LLC, RDT,
+    cpufreq and the disk, which configured knobs are available and, for each missing one, what to enable."""
+
     cgroups: CgroupLayout
     cpus: tuple[int, ...]  # managed logical CPUs
     cores: tuple[tuple[int, ...], ...]  # physical cores: hyperthread siblings among `cpus`
@@ -53,8 +56,8 @@ class ProbeResult:
     resctrl: ResctrlInfo | None
     cpufreq: CpuFreqInfo | None
     disk_device: str | None  # MAJ:MIN
-    available: frozenset[str]  # knobs usable here (among the configured ones)
-    missing: dict[str, str] = field(default_factory=dict)  # knob -> what to enable
+    available: frozenset[Knob]  # knobs usable here (among the configured ones)
+    missing: dict[Knob, str] = field(default_factory=dict)  # knob -> what to enable
 
     def summary(self) -> str:
         lines = [
@@ -68,6 +71,7 @@ class ProbeResult:
 
 
 def online_cpus(cpu_root: Path, fs: Sysfs) -> tuple[int, ...]:
+    """The online logical CPUs (`cpu/online`; every `cpuN` directory where that file is missing)."""
     f = cpu_root / "online"
     if fs.exists(f):
         return parse_cpu_list(fs.read(f))
@@ -108,6 +112,8 @@ def _llc_ways(cpu_root: Path, fs: Sysfs) -> int:
 
 
 def probe(cfg: LinuxNodeConfig, *, fs: Sysfs | None = None, runner: Runner | None = None) -> ProbeResult:
+    """Check every configured knob against the host (module docstring); an unusable `cores.cpus` is a
+    `HwInputError`, a missing knob is listed in `missing` (`check` decides whether that is fatal)."""
     fs = fs or Sysfs()
     runner = runner or Runner()
     cpu_root = Path(cfg.cpu_root)
@@ -117,8 +123,8 @@ def probe(cfg: LinuxNodeConfig, *, fs: Sysfs | None = None, runner: Runner | Non
     bad = sorted(set(cpus) - set(online))
     if bad:
         raise HwInputError(f"cores.cpus: CPUs {bad} are not online (online: {list(online)})")
-    missing: dict[str, str] = {}
-    avail: set[str] = set()
+    missing: dict[Knob, str] = {}
+    avail: set[Knob] = set()
     want = set(cfg.knobs)
 
     if "core" in want:
@@ -256,4 +262,5 @@ def capabilities(cfg: LinuxNodeConfig, result: ProbeResult) -> Capabilities:
 
 
 def knob_of(resource: Resource) -> Knob:
-    return {v: k for k, v in KNOB_RESOURCE.items()}[resource]  # type: ignore[return-value]
+    """The config knob that drives `resource` (the inverse of `KNOB_RESOURCE`)."""
+    return {v: k for k, v in KNOB_RESOURCE.items()}[resource]

@@ -93,7 +93,7 @@ def read_info(root: str | Path = "/sys/fs/resctrl", fs: Sysfs | None = None) -> 
     if fs.exists(mb / "min_bandwidth"):
         mba_min = int(fs.read(mb / "min_bandwidth"))
         mba_gran = int(fs.read(mb / "bandwidth_gran"))
-    mon = frozenset()
+    mon: frozenset[str] = frozenset()
     if fs.exists(root / "info" / "L3_MON" / "mon_features"):
         mon = frozenset(fs.read(root / "info" / "L3_MON" / "mon_features").split())
     return ResctrlInfo(
@@ -110,6 +110,7 @@ def read_info(root: str | Path = "/sys/fs/resctrl", fs: Sysfs | None = None) -> 
 
 
 def contiguous_mask(first_way: int, ways: int) -> int:
+    """The capacity bitmask of `ways` ways starting at way `first_way` (CAT needs contiguous bits)."""
     return ((1 << ways) - 1) << first_way
 
 

@@ -70,6 +70,8 @@ _ERRNO_HINTS = {
 
 
 def describe_errno(err: int | None) -> str:
+    """An errno in words for error messages: its name and what it usually means for a kernel knob
+    (e.g. EBUSY on a cpuset: still in use by tasks)."""
     if err is None:
         return "unknown error"
     name = errno.errorcode.get(err, str(err))
@@ -136,6 +138,8 @@ class Sysfs:
 
 @dataclass(frozen=True)
 class RunResult:
+    """A finished tool call: its argument list, exit status and decoded output."""
+
     argv: tuple[str, ...]
     returncode: int
     stdout: str

@@ -47,6 +47,9 @@ class JournalEntry:
 
 @dataclass(frozen=True)
 class RestoreReport:
+    """The outcome of replaying the journal: entries restored, skipped (their target is gone) and the
+    messages of those that failed (they stay in the journal for the next start)."""
+
     restored: int
     skipped: int  # the thing no longer exists: nothing to restore
     failed: tuple[str, ...]  # messages; the failed entries stay in the journal

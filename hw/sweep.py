@@ -1,4 +1,4 @@
-"""memcached's p99 against its CPU quota, on this machine and in the simulator, side by side (issue 6).
+"""memcached's p99 against its CPU quota, on this machine and in the simulator, side by side.
 
 Real half: Debian's memcached (started here, `-t 2`) in a cgroup a `LinuxNode` creates, driven by
 the open-loop load generator (`python -m hw.loadgen`, under SCHED_FIFO when this process may use
@@ -62,6 +62,7 @@ def rt_prefix(priority: int = RT_PRIORITY) -> list[str]:
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (for the memcached the sweep starts)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -72,7 +73,9 @@ def wait_port(port: int, proc: subprocess.Popen | None = None, timeout_s: float 
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with status {proc.returncode} before listening")
+            cmd = proc.args
+            prog = cmd if isinstance(cmd, str | bytes | os.PathLike) else cmd[0]
+            raise RuntimeError(f"{os.fsdecode(prog)} exited with status {proc.returncode} before listening")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -175,6 +178,9 @@ class LoadgenProcess:
 # ---- the sweep ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SweepConfig:
+    """The sweep's grid (request rates x CPU quotas in cores), its timing (s), memcached's worker
+    threads, the simulator platform, whether the generator runs under SCHED_FIFO, and the seed."""
+
     rates_rps: tuple[float, ...] = (5000.0, 20000.0)
     quotas_cores: tuple[float, ...] = (0.1, 0.15, 0.25, 0.5, 1.0, 2.0)
     measure_s: float = 5.0
@@ -223,10 +229,10 @@ Progress = Callable[[str], None]
 def sim_sweep(cfg: SweepConfig, progress: Progress | None = None) -> list[Point]:
     """The simulator's memcached alone on `cfg.platform` at each rate and quota."""
     from env.sim.node import SimNode
-    from env.sim.profiles import load_profile
+    from env.sim.profiles import load_lc_profile
     from env.sim.scenario import AppEntry, Scenario
 
-    max_rps = load_profile("memcached").max_load_rps
+    max_rps = load_lc_profile("memcached").max_load_rps
     out = []
     for rate in cfg.rates_rps:
         scn = Scenario(
@@ -348,6 +354,8 @@ def compare(points: Sequence[Point]) -> list[dict]:
 
 
 def table(points: Sequence[Point]) -> str:
+    """The points as a text table: the simulator's p99 per rate and quota, beside the real p99, its
+    quartiles and the real/sim ratio when the real half ran."""
     have_real = any(p.source == "real" for p in points)
     lines = [
         f"{'rate rps':>9} {'quota':>6} {'sim p99 us':>11}"
@@ -365,6 +373,7 @@ def table(points: Sequence[Point]) -> str:
 
 
 def plot(points: Sequence[Point], path: Path, title: str) -> None:
+    """p99 against CPU quota, one colour per rate, real (circles) and simulated (squares), to `path`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -431,6 +440,7 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m hw.sweep` (its --help)."""
     d = SweepConfig()
     ap = argparse.ArgumentParser(
         prog="python -m hw.sweep",
@@ -460,6 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m hw.sweep` (module docstring): exit 0 when done, 1 when the real half cannot run or failed,
+    2 on bad arguments."""
     ap = build_parser()
     args = ap.parse_args(argv)
     try:

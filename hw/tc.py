@@ -64,6 +64,8 @@ def format_rate(gbps: float) -> str:
 
 @dataclass(frozen=True)
 class HtbClass:
+    """One HTB class as `tc -s class show` reports it: rates in bit/s, bytes sent and packets dropped."""
+
     classid: str
     parent: str
     rate_bps: int
@@ -102,6 +104,7 @@ def parse_classes(text: str) -> dict[str, HtbClass]:
 
 
 def classid(minor: int) -> str:
+    """The HTB class id `1:<minor>` (hex) under the managed root qdisc."""
     return f"{HANDLE:x}:{minor:x}"
 
 

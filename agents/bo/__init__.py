@@ -1,4 +1,4 @@
-"""CLITE-style Bayesian optimisation of allocations with BoTorch (issue 5, "agents/bo").
+"""CLITE-style Bayesian optimisation of allocations with BoTorch.
 
 * `config`: `BoConfig` (values in configs/agents/bo.yaml);
 * `space`: the allocations searched, their [0, 1] encoding, probes and candidate sets;

@@ -77,7 +77,7 @@ from agents.bo.config import BoConfig, load_bo_config
 from agents.bo.model import Surrogate, warm_up
 from agents.bo.space import AllocationSpace, Candidates
 from env.config import ConfigError
-from env.controller import BaseController
+from env.controller import BaseController, ControllerContext
 from env.types import (
     Allocation,
     AllocationError,
@@ -94,6 +94,9 @@ RECHECK = "recheck:held"  # the label of a held allocation's failing window, rec
 
 
 class Phase(enum.Enum):
+    """The controller's state (module docstring): searching for allocations, or holding the best
+    QoS-meeting sample."""
+
     SEARCH = "search"
     HOLD = "hold"
 
@@ -548,8 +551,9 @@ class BoController(BaseController):
     def _apply(self, obs: Observation, alloc: Allocation, reason: str) -> Decision:
         if obs.allocation == alloc:
             return Decision.hold(reason)
+        assert self.caps is not None  # decide() runs after reset()
         try:
-            validate_allocation(alloc, self.caps)  # type: ignore[arg-type]
+            validate_allocation(alloc, self.caps)
         except AllocationError as e:  # never expected: every target is built valid
             return Decision.hold(f"bo: not applying an invalid allocation ({e})")
         return Decision(alloc, reason=reason)
@@ -607,8 +611,8 @@ def _sample_of(obs: Observation, name: str) -> AppSample | None:
     return None
 
 
-def make(context: object, arg: str | None = None) -> BoController:
-    """Registry factory (`baselines.registry`): spec `bo` (configs/agents/bo.yaml) or `bo:PATH`
+def make(context: ControllerContext, arg: str | None = None) -> BoController:
+    """Registry factory (`harness.registry`): spec `bo` (configs/agents/bo.yaml) or `bo:PATH`
     (another YAML file of `BoConfig` keys). Uses nothing but the node's capabilities, which reset()
     receives, so it runs on a simulated and on a real node alike."""
     return BoController(arg or None)

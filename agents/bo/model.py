@@ -72,10 +72,15 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
-from botorch.acquisition.analytic import LogConstrainedExpectedImprovement, LogProbabilityOfFeasibility
+from botorch.acquisition.analytic import (
+    AnalyticAcquisitionFunction,
+    LogConstrainedExpectedImprovement,
+    LogProbabilityOfFeasibility,
+)
 from botorch.exceptions.errors import ModelFittingError
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
@@ -191,8 +196,8 @@ def fit_model(
     prior samples) failed."""
     status: list[OptimizationStatus] = []
 
-    def optimizer(mll: ExactMarginalLogLikelihood, **kwargs: object) -> OptimizationResult:
-        result = fit_gpytorch_mll_scipy(mll, **kwargs)  # type: ignore[arg-type]
+    def optimizer(mll: ExactMarginalLogLikelihood, **kwargs: Any) -> OptimizationResult:
+        result = fit_gpytorch_mll_scipy(mll, **kwargs)
         status.append(result.status)
         return result
 
@@ -297,6 +302,7 @@ def _acquire(
     constraints: dict[int, tuple[float | None, float | None]] = {
         i: (margin, None) for i in range(1, train_y.shape[1])
     }
+    acq: AnalyticAcquisitionFunction
     if feasible.any():
         best_f = float(train_y[feasible, 0].max())
         acq = LogConstrainedExpectedImprovement(

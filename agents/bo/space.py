@@ -45,6 +45,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -204,7 +205,7 @@ class AllocationSpace:
         apps = []
         for a in self.template.apps:
             p = self.party_of[a.name]
-            changes: dict[str, float | int] = {}
+            changes: dict[str, Any] = {}  # AppAlloc fields by name: float amounts, int ways and MHz
             for j, r in enumerate(self.pooled):
                 amount = float(u[p, j] * self.step[j])
                 changes[_FIELD[r]] = round(amount) if r is Resource.CACHE else amount

@@ -1,4 +1,4 @@
-"""Reinforcement learning with RLlib's new API stack (issue 5): one policy for any mix of LC apps.
+"""Reinforcement learning with RLlib's new API stack: one policy for any mix of LC apps.
 
 Modules (import the one you need; only `module`, `algos`, `callbacks` import Ray):
 

@@ -67,7 +67,7 @@ def build_algo_config(config: TrainConfig, resources: ResourcesConfig | None = N
             epsilon=[(0, d.initial_epsilon), (d.epsilon_timesteps, d.final_epsilon)],
             num_steps_sampled_before_learning_starts=d.learning_starts,
             training_intensity=d.training_intensity,
-            grad_clip=d.grad_clip,
+            grad_clip=d.grad_clip,  # type: ignore[arg-type]  # RLlib annotates int; it clips to any float
         )
         module = ColocDQNModule
     return (
@@ -77,7 +77,7 @@ def build_algo_config(config: TrainConfig, resources: ResourcesConfig | None = N
         .env_runners(
             num_env_runners=res.num_env_runners,
             num_envs_per_env_runner=res.num_envs_per_env_runner,
-            num_cpus_per_env_runner=res.num_cpus_per_env_runner,
+            num_cpus_per_env_runner=res.num_cpus_per_env_runner,  # type: ignore[arg-type]  # RLlib annotates int; Ray takes fractional CPUs
             gym_env_vectorize_mode=gym.VectorizeMode.VECTOR_ENTRY_POINT,
             rollout_fragment_length=res.rollout_fragment_length or "auto",
             sample_timeout_s=SAMPLE_TIMEOUT_S,

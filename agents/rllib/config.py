@@ -19,7 +19,7 @@ Sections:
 * `warm_start`: imitate a hand-written controller before RL (`agents.rllib.imitation`);
 * `ppo` / `dqn`: the algorithm's hyper-parameters (only the section of `algo` is used);
 * `resources`: env runners, vectorised envs per runner, learners (scaled out with `--ray-address`);
-* `eval`: the end-of-training comparison with the baselines (`env.evaluation.run_compare`).
+* `eval`: the end-of-training comparison with the baselines (`harness.compare.run_compare`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from typing import Any, Literal
 import yaml
 
 from agents.policy import NetSpec
-from env.config import ConfigError, build, load_yaml, resolve_config
+from env.config import ConfigError, build, load_yaml, plain_data, resolve_config
+from env.guards import GuardsConfig
 from env.gym_env import EnvConfig
 from env.scenario_sampler import SamplerConfig
 from env.sim.scenario import PERTURBABLE
@@ -185,7 +186,7 @@ class ResourcesConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     """The end-of-training evaluation: the trained policy (`rl:OUT/policy.pt`) and `baselines` on
-    each scenario (`configs/scenarios/`) for `seeds` seeds, with `env.evaluation.run_compare`
+    each scenario (`configs/scenarios/`) for `seeds` seeds, with `harness.compare.run_compare`
     (the schema of `evaluate.py compare`); results in `OUT/eval/<scenario>/`.
     `single_app_baselines` join the comparison only on scenarios with one LC app: Intel PRM and
     the Q-PRM controllers manage one LC app beside BE jobs (Q-PRM thesis Sec. 5.2; with more they
@@ -294,6 +295,12 @@ class TrainConfig:
                 "algo dqn needs env.action_mode: single (RLlib's DQN acts on a Discrete space); use ppo for per_app"
             )
 
+    @property
+    def guards(self) -> GuardsConfig:
+        """The run's guard chain (`env.guards`): the training env applies it, the final comparison
+        runs under it, and the exported policy records it."""
+        return self.env.guards
+
     def net_spec(self) -> NetSpec:
         """The network this config trains and exports."""
         return NetSpec(
@@ -380,6 +387,4 @@ def load_train_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainC
 def resolved(config: TrainConfig) -> dict[str, Any]:
     """The config as plain YAML data (tuples as lists; loads back with `build_train_config`), as
     `evaluate.py` saves its resolved configs."""
-    from env.evaluation import plain_data
-
     return plain_data(config)

@@ -109,11 +109,13 @@ def make_vector_env(num_envs: int, env_config: Mapping[str, Any]) -> VectorEnv:
 
 
 def make_scalar_env(env_config: Mapping[str, Any]) -> gym.Env:
+    """The scalar `NodeEnv` of `env_config` (module docstring), domain-randomised, with action masks in
+    its observations and rewards multiplied by `reward_scale`."""
     env, dr = _parse(env_config)
     scalar = NodeEnv(env)
     _randomise(scalar.planner, dr)
     scale = float(env_config.get("reward_scale", 1.0))
-    return TransformReward(ActionMaskObs(scalar), lambda r: r * scale)
+    return TransformReward(ActionMaskObs(scalar), lambda r: float(r) * scale)
 
 
 def make_training_env(env_config: Mapping[str, Any]) -> gym.Env | VectorEnv:

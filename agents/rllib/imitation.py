@@ -7,7 +7,7 @@ and a critic that already knows what its states are worth, RL spends its budget 
 teacher instead of rediscovering it (behaviour cloning + RL fine-tuning, as in DQfD or
 kickstarting).
 
-1. `collect_demonstrations`: the teacher (any controller spec of `baselines.registry`) runs
+1. `collect_demonstrations`: the teacher (any controller, built per episode by the caller's factory) runs
    `episodes` episodes of the training environment - the same sampler, domain randomisation and
    reward scale as RL training. At each interval its `Decision` becomes a label in the policy's
    action layout: HOLD when it keeps the allocation, the single-move index (single mode) or the
@@ -45,7 +45,8 @@ import torch
 from agents.policy import ColocNet, one_thread, pressure_mask
 from agents.rllib.config import TrainConfig, WarmStartConfig
 from agents.rllib.envs import make_scalar_env, training_env_config
-from env.gym_env import ActionCodec
+from env.controller import ControllerContext, ControllerFactory
+from env.gym_env import ActionCodec, NodeEnv
 from env.types import N_MOVES, Capabilities, Decision, Move, Observation
 
 
@@ -107,6 +108,7 @@ def label(
 
 
 def discounted(rewards: list[float], gamma: float) -> np.ndarray:
+    """The discounted returns of one episode, per interval (the critic's targets in `pretrain`)."""
     out = np.zeros(len(rewards), dtype=np.float32)
     acc = 0.0
     for i in range(len(rewards) - 1, -1, -1):
@@ -120,32 +122,36 @@ def collect_demonstrations(
     warm: WarmStartConfig,
     gamma: float,
     seed: int,
+    make_teacher: ControllerFactory,
     student: ColocNet | None = None,
     student_frac: float = 0.0,
 ) -> Demonstrations:
     """The teacher's labels on `warm.episodes` training episodes (module docstring): driven by the
     teacher, or, with a `student`, by the student's greedy action with probability `student_frac`
-    at each interval (DAgger)."""
-    from env.evaluation import controller_factory  # the registry by import path (env -> baselines)
+    at each interval (DAgger). `make_teacher(context, None)` builds the teacher for each episode's
+    simulated node (the caller binds the spec, e.g. `warm.teacher` through the controller registry)."""
+    from env.sim.node import SimNode  # the simulator loads numba kernels: import on first use
 
-    assert warm.teacher is not None
     env = make_scalar_env(training_env_config(config))
     node_env = env.unwrapped
+    assert isinstance(node_env, NodeEnv)  # make_scalar_env wraps a NodeEnv
     codec: ActionCodec = node_env.codec
     spec = config.net_spec()
-    make = controller_factory()
     feats, masks, acts, rets, expressible = [], [], [], [], []
     moves = 0
     coin = np.random.default_rng([seed, 2])
     for ep in range(warm.episodes):
         obs, _ = env.reset(seed=seed + ep)
-        caps = node_env.capabilities
-        teacher = make(warm.teacher, caps, node_env.node.scenario, node_env.node, seed + ep)
+        caps, sim = node_env.capabilities, node_env.node
+        assert caps is not None  # set by reset()
+        assert isinstance(sim, SimNode)  # training envs run in simulation
+        teacher = make_teacher(ControllerContext(caps, sim.scenario, sim, seed + ep), None)
         teacher.reset(caps, np.random.default_rng([seed + ep, 1]))
         rewards: list[float] = []
         done = False
         while not done:
             raw = node_env.observation
+            assert raw is not None  # set by reset() and step()
             allowed = obs["action_mask"]
             if spec.pressure_mask:  # the moves the network may take (agents.policy.pressure_mask)
                 x = torch.as_tensor(obs["observations"])
@@ -179,6 +185,8 @@ def collect_demonstrations(
 
 @dataclass(frozen=True)
 class PretrainStats:
+    """How well `pretrain` fitted the teacher's labels and returns, and how long it took (s)."""
+
     accuracy: float  # greedy action == label, over the expressible demonstrations
     move_accuracy: float  # the same, over labels that are moves
     value_r2: float  # critic's explained variance of the returns (nan without a critic)

@@ -39,6 +39,15 @@ def net_model_config(spec: NetSpec) -> dict[str, Any]:
     return {k: getattr(spec, k) for k in NET_KEYS}
 
 
+def _config(module: TorchRLModule) -> dict[str, Any]:
+    """The module's `model_config`: always the dict of `net_model_config` here (RLlib also allows
+    its `DefaultModelConfig`, which these modules do not read)."""
+    cfg = module.model_config
+    if not isinstance(cfg, dict):
+        raise ValueError(f"model_config is {type(cfg).__name__}; build it with net_model_config(NetSpec)")
+    return cfg
+
+
 def _spec(model_config: dict[str, Any], with_value: bool) -> NetSpec:
     missing = [k for k in NET_KEYS if k not in model_config]
     if missing:
@@ -59,10 +68,11 @@ class ColocPPOModule(TorchRLModule, ValueFunctionAPI):
     """PPO's module: masked policy logits and a value head (module docstring)."""
 
     def setup(self) -> None:
-        spec = _spec(self.model_config, with_value=True)
+        spec = _spec(_config(self), with_value=True)
         self.net = ColocNet(spec)
         if spec.action_mode == "per_app":
-            self.action_dist_cls = TorchMultiCategorical.get_partial_dist_cls(
+            # RLlib annotates this classmethod's `cls` as a Distribution instance
+            self.action_dist_cls = TorchMultiCategorical.get_partial_dist_cls(  # type: ignore[misc]
                 input_lens=[N_MOVES] * spec.max_apps
             )
         else:
@@ -81,13 +91,14 @@ class ColocDQNModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI)
     """DQN's module: masked Q-values, a target network, epsilon-greedy over feasible moves."""
 
     def setup(self) -> None:
-        spec = _spec(self.model_config, with_value=False)
+        cfg = _config(self)
+        spec = _spec(cfg, with_value=False)
         if spec.action_mode != "single":
             raise ValueError("ColocDQNModule needs action_mode 'single' (a Discrete action space)")
         self.net = ColocNet(spec)
         self.action_dist_cls = TorchCategorical
-        self.uses_double_q = bool(self.model_config.get("double_q", True))
-        self.epsilon_schedule = Scheduler(self.model_config.get("epsilon", 0.05), framework="torch")
+        self.uses_double_q = bool(cfg.get("double_q", True))
+        self.epsilon_schedule = Scheduler(cfg.get("epsilon", 0.05), framework="torch")
 
     # -- Q-values ----------------------------------------------------------------------------------
     @staticmethod
@@ -100,7 +111,9 @@ class ColocDQNModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI)
 
     # -- target network ----------------------------------------------------------------------------
     def make_target_networks(self) -> None:
-        self._target_net = make_target_network(self.net)
+        target = make_target_network(self.net)
+        assert isinstance(target, ColocNet)  # a deep copy of self.net
+        self._target_net = target
 
     def get_target_network_pairs(self) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
         return [(self.net, self._target_net)]
@@ -122,7 +135,7 @@ class ColocDQNModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI)
         q = self.compute_q_values(batch)[QF_PREDS]
         greedy = q.argmax(dim=-1)
         self.epsilon_schedule.update(t)
-        epsilon = self.epsilon_schedule.get_current_value()
+        epsilon = float(self.epsilon_schedule.get_current_value())
         feasible = (self.net.feasible(x, mask) > 0.5).float()
         random = torch.multinomial(feasible / feasible.sum(dim=-1, keepdim=True), num_samples=1).squeeze(-1)
         explore = torch.rand(q.shape[0], device=q.device) < epsilon

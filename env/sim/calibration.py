@@ -20,13 +20,10 @@ as `{row, column, paper, sim}`.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -235,6 +232,8 @@ def _table(cells: list[dict]) -> dict:
 
 
 def run(seed: int = 0, workers: int = 2, progress: bool = True) -> dict:
+    """Run every calibration experiment (module docstring) with `workers` processes and return the
+    report that `calibration.json` holds."""
     t0 = time.time()
 
     def say(msg: str) -> None:
@@ -296,6 +295,7 @@ def _run_fact(i: int, seed: int) -> dict:
 
 
 def goals_met(report: dict) -> dict[str, bool]:
+    """Whether each table of `report` meets its goal (module docstring), and whether every fact holds."""
     t4, cc = report["parties_table4"], report["coco_table1"]
     t2 = report["parties_table2"]["qos"]
     return {
@@ -307,6 +307,7 @@ def goals_met(report: dict) -> dict[str, bool]:
 
 
 def markdown(report: dict) -> str:
+    """`calibration.md`: the goals table, then every table of `report` as sim vs paper."""
     L = ["# Simulator calibration", ""]
     g = goals_met(report)
     L += [f"Seed {report['seed']}; {report['assumptions']['measurement']}.", ""]
@@ -381,6 +382,8 @@ def _ckey(k: str) -> tuple:
 
 
 def plots(report: dict, out: Path) -> list[Path]:
+    """Draw PARTIES Fig. 1 (p99/target vs load) and Table 4 and CoCo Table 1 as paper-vs-sim
+    heatmaps into `out`; returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -441,42 +444,3 @@ def plots(report: dict, out: Path) -> list[Path]:
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
     return paths
-
-
-def write(report: dict, out_dir: Path) -> None:
-    """Write everything into a temporary directory first, then move it into place."""
-    out_dir = Path(out_dir)
-    tmp = Path(
-        tempfile.mkdtemp(prefix=".calibration-", dir=out_dir.parent if out_dir.parent.exists() else None)
-    )
-    try:
-        (tmp / "calibration.json").write_text(json.dumps(report, indent=2))
-        (tmp / "calibration.md").write_text(markdown(report))
-        plots(report, tmp)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        shutil.move(str(tmp), str(out_dir))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def add_cli(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "calibrate",
-        help="reproduce the papers' tables in the simulator (PARTIES Tables 2 and 4, CoCo Table 1, facts)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--out", required=True, type=Path, help="output directory (replaced if it exists)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    p.set_defaults(func=_cli)
-
-
-def _cli(args: argparse.Namespace) -> int:
-    report = run(seed=args.seed, workers=args.workers)
-    write(report, args.out)
-    print(markdown(report).split("## PARTIES Table 2")[0])
-    print(f"wrote {args.out}/calibration.json, calibration.md and plots")
-    return 0

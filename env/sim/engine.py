@@ -37,6 +37,8 @@ FREE_GROUP = -1.0  # core group of antagonists running on the node's idle cores
 
 @dataclass(frozen=True)
 class Component:
+    """One simulated entity of a layout: an LC app, one thread class of a BE job, or an antagonist."""
+
     entity: str  # app / BE job / antagonist name
     kind: str  # "lc", "be", "antagonist"
     profile: LcProfile | BatchProfile
@@ -47,6 +49,8 @@ class Component:
 
 @dataclass(frozen=True)
 class Layout:
+    """The components of one scenario in kernel order, with the index of each LC app and BE job."""
+
     platform: Platform
     components: tuple[Component, ...]
     lc: tuple[int, ...]  # component indices of LC apps, in scenario order
@@ -55,6 +59,12 @@ class Layout:
     @property
     def n(self) -> int:
         return len(self.components)
+
+    def lc_profile(self, w: int) -> LcProfile:
+        """The profile of component `w`, an LC app (an index in `lc`)."""
+        prof = self.components[w].profile
+        assert isinstance(prof, LcProfile), f"component {w} ({self.components[w].entity}) is not an LC app"
+        return prof
 
 
 def lc_profile_of(scn: Scenario, i: int) -> LcProfile:
@@ -79,6 +89,8 @@ def lc_profile_of(scn: Scenario, i: int) -> LcProfile:
 
 
 def build_layout(scn: Scenario) -> Layout:
+    """The scenario's components: the LC apps first (scenario order), then each BE job's thread
+    classes, then the antagonists' (PARTIES Table 3), pinned to their target app."""
     comps: list[Component] = []
     for i, e in enumerate(scn.apps):
         comps.append(Component(e.instance, "lc", lc_profile_of(scn, i), 0, -1, e.perturb.get("service", 1.0)))
@@ -104,6 +116,7 @@ def build_layout(scn: Scenario) -> Layout:
 
 # ---- parameters ---------------------------------------------------------------------------------
 def platform_row(pl: Platform) -> np.ndarray:
+    """The platform as the kernel's parameter row (`model.PL_*` columns)."""
     r = np.zeros(M.NPL)
     r[M.PL_CORES] = pl.cores
     r[M.PL_TPC] = pl.threads_per_core
@@ -201,6 +214,8 @@ def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
 
 
 def batch_row(prof: BatchProfile, c: ThreadClass, target: int) -> np.ndarray:
+    """One thread class of a batch job (a BE job or an antagonist) as a kernel parameter row
+    (`model.P_*` columns); `target` is the component an antagonist stresses, -1 otherwise."""
     r = np.zeros(M.NP)
     r[M.P_ACTIVE] = 1
     r[M.P_KIND] = 1
@@ -234,6 +249,8 @@ def batch_row(prof: BatchProfile, c: ThreadClass, target: int) -> np.ndarray:
 
 
 def component_rows(layout: Layout) -> np.ndarray:
+    """The kernel parameter rows of every component; each LC row carries its reference knee
+    (PARTIES Sec. 3.2), scaled by the component's domain randomisation."""
     rows = np.zeros((layout.n, M.NP))
     for w, comp in enumerate(layout.components):
         if comp.kind == "lc":
@@ -266,6 +283,8 @@ def alloc_rows(layout: Layout, alloc: Allocation, prev: Allocation | None) -> np
     for w, comp in enumerate(layout.components):
         r = rows[w]
         if comp.kind == "antagonist":
+            prof = comp.profile
+            assert isinstance(prof, BatchProfile)  # layout() builds antagonists from batch profiles only
             t = comp.target if comp.target >= 0 else (layout.lc[0] if layout.lc else -1)
             tgt = alloc[layout.components[t].entity] if t >= 0 else None
             r[M.A_CORES] = max(idle, 0.0)
@@ -273,7 +292,7 @@ def alloc_rows(layout: Layout, alloc: Allocation, prev: Allocation | None) -> np
             r[M.A_WAYS] = tgt.llc_ways if tgt else pl.llc.ways
             r[M.A_CLOS] = tgt.clos if tgt else 0
             r[M.A_MBA] = 100
-            r[M.A_FREQ] = (tgt.freq_mhz if comp.profile.placement != "free_cores" else top) if tgt else top
+            r[M.A_FREQ] = (tgt.freq_mhz if prof.placement != "free_cores" else top) if tgt else top
             r[M.A_MEM] = pl.memory.gb
             r[M.A_DISK] = pl.disk.seq_mbps
             r[M.A_NET] = pl.network.gbps
@@ -324,6 +343,8 @@ def steady(plat: np.ndarray, prm: np.ndarray, alloc: np.ndarray, lam: np.ndarray
 
 
 def reference_alloc_row(pl: Platform, cores: int) -> np.ndarray:
+    """The reference allocation of `reference_knee`: `cores` cores, every LLC way, the top
+    frequency and the whole memory, disk and network (the app alone, PARTIES Sec. 3.2)."""
     r = np.zeros(M.NA)
     r[M.A_CORES] = cores
     r[M.A_GROUP] = 1

@@ -151,10 +151,8 @@ def mongodb_pair(memory_gb: float = 60.0) -> Setup:
 
 def mongodb_memory(memory_gb: float, disk_mbps: float | None = None) -> Setup:
     """PARTIES Sec. 3.4.2 / Fig. 3: MongoDB alone with a memory limit (and a disk-bandwidth cap)."""
-    kw = {"memory_gb": {"mongodb": memory_gb}}
-    if disk_mbps is not None:
-        kw["disk_mbps"] = {"mongodb": disk_mbps}
-    return alone("mongodb", cores=8, **kw)
+    disk = None if disk_mbps is None else {"mongodb": disk_mbps}
+    return alone("mongodb", cores=8, memory_gb={"mongodb": memory_gb}, disk_mbps=disk)
 
 
 FUNGIBLE_TUPLES = ((10, 11, 3600), (14, 11, 1800), (14, 2, 2200))  # <cores, ways, MHz> that meet
@@ -192,7 +190,7 @@ def _pack(setup: Setup) -> _Packed:
     max_rps = np.zeros(layout.n)
     for w in layout.lc:
         lam[w] = 1.0
-        max_rps[w] = layout.components[w].profile.max_load_rps
+        max_rps[w] = layout.lc_profile(w).max_load_rps
     return _Packed(layout, prm, rows, lam, max_rps)
 
 

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy.optimize import differential_evolution
@@ -46,7 +47,7 @@ from env.sim.experiments import (
     moses_fungibility,
     with_antagonist,
 )
-from env.sim.profiles import LcProfile, load_profile
+from env.sim.profiles import LcProfile, Profile, load_profile
 
 TABLE4_ROWS = (
     "hyperthread",
@@ -74,18 +75,21 @@ COCO_LOADS = np.round(
 
 
 def calibration_targets() -> tuple[dict, dict]:
+    """The published measurements (configs/calibration/): PARTIES' and CoCo's tables."""
     parties = load_yaml(CONFIGS / "calibration" / "parties.yaml")
     coco = load_yaml(CONFIGS / "calibration" / "coco.yaml")
     return parties, coco
 
 
 def table4_paper(app: str) -> dict[str, float]:
+    """The app's column of PARTIES Table 4: max load (%) beside each antagonist."""
     t4 = calibration_targets()[0]["interference_table4"]["max_load_pct"]
     j = t4["columns"].index(app)
     return {r: float(t4[r][j]) for r in TABLE4_ROWS}
 
 
 def coco_paper(app: str) -> dict[str, float]:
+    """The app's row of CoCo Table 1: load retainment (%) under each CAT mask and MBA level."""
     lr = calibration_targets()[1]["load_retainment_pct"]
     out = {}
     for key, k in COCO_CAT:
@@ -124,7 +128,7 @@ def half_load_p99_ratio(app: str) -> float:
     """p99 / QoS target of the app alone on its reference allocation at `KNEE_SHAPE_LOAD` x max load
     (deterministic steady state): the shape of Fig. 1's curves below the knee."""
     out, _, _ = analytic_outputs([alone(app)], np.array([KNEE_SHAPE_LOAD]))
-    return float(out[0, 0, 0, M.O_P99] * 1e6 / load_profile(app).qos_target_us)
+    return float(out[0, 0, 0, M.O_P99] * 1e6 / _base(app).qos_target_us)
 
 
 def low_load_nominal_setup(app: str) -> Setup:
@@ -150,6 +154,8 @@ def coco_sim(app: str) -> dict[str, float]:
 
 
 def cell_loss(x: float, v: float) -> float:
+    """Loss of one Table 4 cell (module docstring): zero when the simulated max load `x` lies in
+    [v, v + 10), else the squared distance in 10-point units; v = 100 has no upper bound."""
     lo, hi = v, v + 10.0
     if v >= 100:
         hi = np.inf
@@ -160,6 +166,8 @@ def cell_loss(x: float, v: float) -> float:
 # ---- parameters ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Param:
+    """A fitted profile field and its search range; `log` searches it on a log scale."""
+
     name: str
     lo: float
     hi: float
@@ -193,6 +201,7 @@ EXTRA = {  # MongoDB: reads per page-cache miss event (B-tree and data pages), P
 
 
 def params_for(app: str) -> tuple[Param, ...]:
+    """The parameters fitted for `app`: the common ones, its knee quantity and its extras."""
     return (*COMMON, BASE[app], *EXTRA.get(app, ()))
 
 
@@ -234,28 +243,31 @@ class _Patched:
     def __init__(self, prof: LcProfile) -> None:
         self.prof = prof
 
-    def __enter__(self):
+    def __enter__(self) -> _Patched:
         from env.sim import profiles
 
         self._orig = profiles._load_profile
         name, prof, orig = self.prof.name, self.prof, self._orig
 
-        def load(path: str):
+        def load(path: str) -> Profile:
             return prof if Path(path).stem == name else orig(path)
 
-        profiles._load_profile = load  # type: ignore[assignment]
+        profiles._load_profile = load
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         from env.sim import profiles
 
-        profiles._load_profile = self._orig  # type: ignore[assignment]
+        profiles._load_profile = self._orig
 
 
 def objective(app: str, values: dict[str, float]) -> tuple[float, dict, dict]:
+    """(loss, simulated Table 4 column, other simulated checks) of the profile `values` for `app`:
+    PARTIES Table 4, CoCo Table 1 where it has the app, and the Sec. 3.4 facts (module docstring)."""
     if values.get("frac_llc", 0.0) + values.get("frac_mem", 0.0) >= 0.95:
         return 1e3, {}, {}
-    prof = dataclasses.replace(_base(app), **values)
+    fitted: dict[str, Any] = dict(values)  # float fields of LcProfile, by name
+    prof = dataclasses.replace(_base(app), **fitted)
     with _Patched(prof):
         try:
             engine.reference_knee(prof)
@@ -296,6 +308,7 @@ def objective(app: str, values: dict[str, float]) -> tuple[float, dict, dict]:
 
 
 def fit_app(app: str, maxiter: int, seed: int, popsize: int = 8) -> dict[str, float]:
+    """Differential evolution over `params_for(app)` (seeded, reproducible); the best values found."""
     params = params_for(app)
     t0 = time.time()
     evals = [0]
@@ -345,6 +358,7 @@ def _fmt(v: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m env.sim.fit` (module docstring): fit the apps and write their YAML files."""
     ap = argparse.ArgumentParser(
         prog="python -m env.sim.fit",
         description=__doc__,

@@ -1000,6 +1000,7 @@ def _offered(arrivals, state, b, w):
 
 @njit(cache=True, inline="always")
 def rate_sum_demand(dem, n):
+    """Sum of the first `n` demands (Gbit/s): the link counts as congested above 95% of its capacity."""
     s = 0.0
     for i in range(n):
         s += dem[i]

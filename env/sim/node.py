@@ -40,6 +40,9 @@ _CHUNK = 512  # intervals of load precomputed at a time
 
 
 class SimNode:
+    """The `Node` protocol over one simulated server running `scenario` (module docstring); `seed`
+    drives its noise (default: the scenario's seed)."""
+
     def __init__(
         self,
         scenario: Scenario | str,

@@ -9,7 +9,7 @@ load of a grid, and we read its memory bandwidth. One batched kernel call measur
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.interpolate import RegularGridInterpolator
@@ -30,6 +30,7 @@ class LcBandwidthModel:
     cores: np.ndarray
     ways: np.ndarray
     gbps: np.ndarray  # (loads, cores, ways)
+    _interp: RegularGridInterpolator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         interp = RegularGridInterpolator(
@@ -43,7 +44,7 @@ class LcBandwidthModel:
             [self.loads[0], self.cores[0], self.ways[0]],
             [self.loads[-1], self.cores[-1], self.ways[-1]],
         )
-        return float(max(0.0, self._interp(x)[0]))  # type: ignore[attr-defined]
+        return float(max(0.0, self._interp(x)[0]))
 
 
 def lc_bandwidth_model(scenario: Scenario, app: str) -> LcBandwidthModel:

@@ -19,6 +19,8 @@ from env.types import Capabilities, Resource
 
 @dataclass(frozen=True)
 class LlcSpec:
+    """The last-level cache: ways, size (MB), CAT classes of service and its contention model."""
+
     ways: int
     mb: float
     clos: int  # CAT classes of service (hardware partitions)
@@ -30,12 +32,16 @@ class LlcSpec:
 
 @dataclass(frozen=True)
 class MbaSpec:
+    """Memory Bandwidth Allocation throttle levels (%) and the latency they add; empty = no MBA."""
+
     levels_pct: tuple[int, ...] = ()  # empty: no MBA (PARTIES Table 3: "no mechanism available")
     delay: float = 0.0  # memory-latency growth under throttle p%: 1 + delay*(100/p - 1)
 
 
 @dataclass(frozen=True)
 class FreqSpec:
+    """DVFS: userspace-governor levels from `min_mhz` to `nominal_mhz` in `step_mhz` steps, and turbo."""
+
     min_mhz: int
     nominal_mhz: int  # highest userspace-governor level; base frequency
     step_mhz: int = 100
@@ -45,6 +51,8 @@ class FreqSpec:
 
 @dataclass(frozen=True)
 class PowerSpec:
+    """The socket power budget (W) and the per-core power model that limits turbo."""
+
     tdp_w: float
     uncore_w: float
     core_idle_w: float
@@ -54,6 +62,8 @@ class PowerSpec:
 
 @dataclass(frozen=True)
 class MemorySpec:
+    """DRAM capacity and bandwidth, its loaded latency and how fast a lowered limit is reclaimed."""
+
     gb: float  # usable by apps (OS reservation excluded)
     bandwidth_gbps: float  # peak streaming DRAM bandwidth
     latency_ns: float = 90.0
@@ -64,6 +74,8 @@ class MemorySpec:
 
 @dataclass(frozen=True)
 class DiskSpec:
+    """The disk: random IOPS, sequential MB/s, the allocation step and the scheduler's time slice."""
+
     iops: float  # random reads per second
     seq_mbps: float  # sequential bandwidth
     step_mbps: float
@@ -72,6 +84,8 @@ class DiskSpec:
 
 @dataclass(frozen=True)
 class NetworkSpec:
+    """The network link (Gbit/s), its allocation step and the queueing delay once it saturates."""
+
     gbps: float
     step_gbps: float = 0.5
     congestion_delay_ms: float = 1.0  # standing queue once the link saturates
@@ -79,6 +93,8 @@ class NetworkSpec:
 
 @dataclass(frozen=True)
 class Platform:
+    """The managed part of one server (module docstring), as `configs/node/<name>.yaml` describes it."""
+
     name: str
     description: str
     cores: int  # managed physical cores

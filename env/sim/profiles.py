@@ -25,6 +25,7 @@ it); all others are from the papers or documented physical estimates.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -44,6 +45,9 @@ class Reference:
 
 @dataclass(frozen=True)
 class LcProfile:
+    """A latency-critical service (module docstring): QoS target and max load from PARTIES Table 2,
+    the physical parameters of its service time, and its deployment."""
+
     name: str
     description: str
     qos_target_us: float  # PARTIES Table 2
@@ -134,6 +138,8 @@ class ThreadClass:
 
 @dataclass(frozen=True)
 class BatchProfile:
+    """A throughput job made of thread classes: the PARTIES BE job or a Table 3 antagonist."""
+
     name: str
     description: str
     classes: tuple[ThreadClass, ...]
@@ -175,8 +181,12 @@ def _parse(data: dict, where: str) -> Profile:
 
 
 @cache
-def _load_profile(path: str) -> Profile:
+def _read_profile(path: str) -> Profile:
     return _parse(load_yaml(path), Path(path).name)
+
+
+# the loader load_profile() goes through; env.sim.fit swaps it to serve a candidate profile
+_load_profile: Callable[[str], Profile] = _read_profile
 
 
 def load_profile(name_or_path: str | Path) -> Profile:
@@ -184,5 +194,15 @@ def load_profile(name_or_path: str | Path) -> Profile:
     return _load_profile(str(resolve_config("apps", name_or_path)))
 
 
+def load_lc_profile(name_or_path: str | Path) -> LcProfile:
+    """An LC app's profile, for callers that need its LC fields (QoS target, max load); a batch
+    job is a `ConfigError`."""
+    prof = load_profile(name_or_path)
+    if not isinstance(prof, LcProfile):
+        raise ConfigError(f"{name_or_path}: {prof.name!r} is a batch job, not an LC app")
+    return prof
+
+
 def known_profiles() -> list[str]:
+    """The names of every shipped profile (configs/apps/), LC apps and batch jobs."""
     return sorted(p.stem for p in (CONFIGS / "apps").glob("*.yaml"))

@@ -56,6 +56,9 @@ PERTURBABLE = (
 
 @dataclass(frozen=True)
 class AppEntry:
+    """One LC app of a scenario: its profile, instance name, load trace (a fraction of max load or a
+    trace spec, `env.sim.traces`), deployment overrides and domain-randomisation factors."""
+
     app: str
     name: str = ""
     load: Any = 0.5
@@ -69,12 +72,16 @@ class AppEntry:
 
 @dataclass(frozen=True)
 class AntagonistEntry:
+    """A PARTIES Table 3 antagonist (a batch profile) and the LC app it stresses (calibration only)."""
+
     profile: str
     target: str = ""
 
 
 @dataclass(frozen=True)
 class Scenario:
+    """What runs on the node for one episode (module docstring); validated when built."""
+
     name: str
     apps: tuple[AppEntry, ...]
     description: str = ""
@@ -121,11 +128,12 @@ class Scenario:
 
 
 def validate_scenario(s: Scenario) -> None:
+    """Check `s` against the shipped platforms and profiles; a `ConfigError` names the bad field."""
     where = f"scenario {s.name!r}"
     try:
         s.platform_spec  # noqa: B018 - loads and validates the platform
-    except ConfigError as e:
-        raise ConfigError(f"{where}.platform: {e}") from None
+    except ConfigError as err:
+        raise ConfigError(f"{where}.platform: {err}") from None
     if not s.apps and not s.be:
         raise ConfigError(f"{where}: needs at least one app or BE job")
     names = [e.instance for e in s.apps] + list(s.be)
@@ -182,6 +190,7 @@ def validate_scenario(s: Scenario) -> None:
 
 
 def parse_scenario(data: Any, where: str) -> Scenario:
+    """A `Scenario` from YAML data; an app may be a bare profile name. Strict (`env.config.build`)."""
     if isinstance(data, dict) and "apps" in data and isinstance(data["apps"], list):
         data = dict(data)
         apps = []

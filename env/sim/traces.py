@@ -29,6 +29,8 @@ from env.config import ConfigError, build
 
 
 class Trace(Protocol):
+    """An offered load over time: `values(t_s)` gives the fraction of max load at each time (s)."""
+
     def values(self, t_s: np.ndarray) -> np.ndarray: ...
 
 
@@ -75,6 +77,8 @@ def _points(rows: tuple[tuple[float, float], ...], where: str) -> tuple[np.ndarr
 
 @dataclass(frozen=True)
 class Constant:
+    """A flat load."""
+
     kind: Literal["constant"]
     load: float
 
@@ -85,6 +89,8 @@ class Constant:
 
 @dataclass(frozen=True)
 class Step:
+    """Piecewise constant: each `[t_s, load]` row holds from its time on."""
+
     kind: Literal["step"]
     steps: tuple[tuple[float, float], ...]
 
@@ -95,6 +101,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Ramp:
+    """Piecewise linear through the `[t_s, load]` points (PARTIES Fig. 9)."""
+
     kind: Literal["ramp"]
     points: tuple[tuple[float, float], ...]
 
@@ -105,6 +113,8 @@ class Ramp:
 
 @dataclass(frozen=True)
 class Sinusoid:
+    """A sine between `low` and `high` with period `period_s` (Q-PRM thesis Sec. 3.3 load curve)."""
+
     kind: Literal["sinusoid"]
     low: float
     high: float
@@ -128,6 +138,8 @@ del _grid, _shape
 
 @dataclass(frozen=True)
 class Diurnal:
+    """A day's shape between `low` and `high`: trough early in the morning, peak in the evening."""
+
     kind: Literal["diurnal"]
     low: float
     high: float
@@ -153,6 +165,9 @@ class Diurnal:
 
 @dataclass(frozen=True)
 class Bursty:
+    """`base` load with bursts to `burst`: exponential gaps and lengths, linear `ramp_s` edges, drawn
+    once at build time up to `horizon_s`."""
+
     kind: Literal["bursty"]
     base: float
     burst: float
@@ -179,6 +194,8 @@ class Bursty:
 
 @dataclass(frozen=True)
 class Replay:
+    """Replay of a CSV file of `t_s,load` rows, linear in between, scaled in time and load."""
+
     kind: Literal["csv"]
     path: str
     time_scale: float = 1.0

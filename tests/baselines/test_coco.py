@@ -31,13 +31,14 @@ from baselines.coco import (
     round_robin,
     walk_points,
 )
-from baselines.registry import REGISTRY, ControllerContext, Entry, make_controller
 from env.allocations import fair_allocation, lc_clos_blocks, unmanaged_allocation
 from env.config import ConfigError
+from env.controller import ControllerContext
 from env.sim.node import SimNode
 from env.sim.platform import load_platform
 from env.sim.scenario import load_scenario, simple_scenario
 from env.types import AppSample, AppSpec, Observation, Usage, validate_allocation
+from harness.registry import make_controller
 
 APPS = ("memcached-1", "memcached-2", "nginx-1", "nginx-2", "mongodb-1", "mongodb-2")
 FIG2_CLOSES = {0: (2, 10), 1: (3, 10), 2: (6, 30), 3: (9, 50)}
@@ -415,8 +416,7 @@ def test_invalid_observation_keeps_the_schedule(caps):
 
 
 # ---- short runs on SimNodes ---------------------------------------------------------------------------
-def test_fig2_scenario_short_run_time_shares_every_clos(monkeypatch):
-    monkeypatch.setitem(REGISTRY, "coco", Entry("baselines.coco:make", "coco", needs_sim=True))
+def test_fig2_scenario_short_run_time_shares_every_clos():
     fig2 = load_scenario("coco-fig2")
     caps = SimNode(fig2, seed=0).capabilities()  # starts from the fair split: 6 LC apps share 4 CLOSes
     profiles, cost = profile_scenario(fig2, caps, load_coco_config("coco"))
@@ -443,10 +443,8 @@ def test_fig2_scenario_short_run_time_shares_every_clos(monkeypatch):
     assert ctrl.migrations >= 24
 
 
-def test_runs_through_the_registry_on_the_parties_node(monkeypatch):
+def test_runs_through_the_registry_on_the_parties_node():
     """CoCo on the contract tests' node (PARTIES platform, 3 LC apps + BE, no MBA)."""
-    for spec, fn in (("coco", "make"), ("coco-rr", "make_rr"), ("coco-nopart", "make_nopart")):
-        monkeypatch.setitem(REGISTRY, spec, Entry(f"baselines.coco:{fn}", spec, needs_sim=spec == "coco"))
     scn = simple_scenario({"memcached": 0.2, "xapian": 0.1, "nginx": 0.2})
     for spec in ("coco", "coco-rr", "coco-nopart"):
         node = SimNode(scn, seed=0)

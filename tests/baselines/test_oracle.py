@@ -20,16 +20,17 @@ from baselines.oracle import (
     Planner,
     load_oracle_config,
 )
-from baselines.registry import REGISTRY, ControllerContext, Entry, make_controller
 from env import metrics
 from env.allocations import fair_allocation
 from env.config import CONFIGS, ConfigError, build
+from env.controller import ControllerContext
 from env.loop import run_episode
 from env.sim import model as M
 from env.sim.experiments import Setup, analytic_outputs
 from env.sim.node import SimNode
 from env.sim.scenario import simple_scenario
 from env.types import Observation, validate_allocation
+from harness.registry import make_controller
 
 APPS = ("memcached", "nginx")
 CFG = load_oracle_config()
@@ -263,8 +264,7 @@ def test_trace_is_the_nodes_trace_for_random_loads():
 
 
 # ---- a short run on a SimNode ---------------------------------------------------------------------
-def test_short_run_meets_every_target_with_more_be_than_static(monkeypatch):
-    monkeypatch.setitem(REGISTRY, "oracle", Entry("baselines.oracle:make", "oracle", needs_sim=True))
+def test_short_run_meets_every_target_with_more_be_than_static():
     scn = mix(duration_s=60, warmup_s=20)
     results = {}
     for spec in ("oracle", "static"):

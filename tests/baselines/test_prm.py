@@ -36,6 +36,7 @@ from baselines.prm import (
 )
 from env.allocations import fair_allocation
 from env.config import ConfigError
+from env.controller import ControllerContext
 from env.types import (
     Allocation,
     AppSample,
@@ -518,7 +519,6 @@ def test_unknown_yaml_key_and_unknown_spec_are_config_errors(tmp_path):
 
 
 def test_registry_factories_profile_the_prm_in_simulation_only():
-    import types
 
     from baselines import prm
     from env.sim.node import SimNode
@@ -526,19 +526,16 @@ def test_registry_factories_profile_the_prm_in_simulation_only():
 
     scn = simple_scenario({"memcached": 0.4}, duration_s=60, warmup_s=10, seed=0)
     node = SimNode(scn, seed=0)
-    sim_ctx = types.SimpleNamespace(capabilities=node.capabilities(), scenario=scn, sim=node, seed=0)
-    real_ctx = types.SimpleNamespace(capabilities=node.capabilities(), scenario=None, sim=None, seed=0)
+    sim_ctx = ControllerContext(node.capabilities(), scn, node, 0)
+    real_ctx = ControllerContext(node.capabilities())
     t0 = node.time_s
-    profiled = prm.make_prm(sim_ctx)
+    profiled = prm.make("prm", sim_ctx)
     assert node.time_s == t0  # the profiling run used a fresh SimNode, not the node under evaluation
     p = profiled.config.profile
     assert p.lc_max_util_cores is not None and 0 < p.lc_max_util_cores <= node.capabilities().cores
     assert p.llc_bins and all(b.cpu_us_per_req > 0 and b.mem_kb_per_req > 0 for b in p.llc_bins)
-    assert prm.make_prm_nocat(real_ctx).config.profile == PrmProfile()  # a real node: the YAML profile
-    made = [
-        f(real_ctx)
-        for f in (prm.make_qprm_step, prm.make_qprm_prop, prm.make_qprm_prop2, prm.make_qprm_basic)
-    ]
+    assert prm.make("prm-nocat", real_ctx).config.profile == PrmProfile()  # a real node: the YAML profile
+    made = [prm.make(s, real_ctx) for s in ("qprm-step", "qprm-prop", "qprm-prop2", "qprm-basic")]
     assert [c.name for c in made] == ["qprm-step", "qprm-prop", "qprm-prop2", "qprm-basic"]
 
 

@@ -16,39 +16,18 @@ import pytest
 from env.allocations import fair_allocation, unmanaged_allocation
 from env.node import Node
 from env.types import Allocation, AllocationError, Move, Resource
-from hw.config import AppTarget, CacheConfig, CoresConfig, DiskConfig, LinuxNodeConfig, MemoryConfig
+from hw.config import AppTarget, CoresConfig, LinuxNodeConfig, MemoryConfig
 from hw.linux_node import LinuxNode, assign_cores
 from hw.probe import CapabilityError
 from hw.runner import HwInputError
+from tests.fakes import APPS, linux_config
 
 GIB = 2**30
-APPS = (
-    AppTarget("mc", "lc", qos_target_us=500.0, max_load_rps=10_000.0, cgroup="mc"),
-    AppTarget("be", "be", cgroup="be"),
-)
-
-
-def config(host, tmp_path, **kw) -> LinuxNodeConfig:
-    base = dict(
-        name="fake",
-        apps=APPS,
-        knobs=("core", "cache", "freq", "mem", "disk"),
-        cgroup_root=str(host.cgroup_root),
-        proc_root=str(host.proc_root),
-        cpu_root=str(host.cpu_root),
-        sys_root=str(tmp_path),
-        state_path=str(tmp_path / "state" / "journal.jsonl"),
-        disk=DiskConfig(device="254:0"),
-        cache=CacheConfig(resctrl_root=str(host.resctrl_root)),
-        memory=MemoryConfig(total_gb=8.0),
-    )
-    base.update(kw)
-    return LinuxNodeConfig(**base)
 
 
 @pytest.fixture
 def node(v1_host, tmp_path, clock, feed):
-    n = LinuxNode(config(v1_host, tmp_path), feed=feed, clock=clock, monotonic=clock, fs=v1_host.fs)
+    n = LinuxNode(linux_config(v1_host, tmp_path), feed=feed, clock=clock, monotonic=clock, fs=v1_host.fs)
     yield n
     n.close()
 
@@ -182,7 +161,7 @@ def test_close_restores_everything_and_is_idempotent(v1_host, tmp_path, clock, f
     cg = v1_host.cgroup_root
     orig = {p: p.read_text() for p in cg.rglob("*") if p.is_file()}
     orig_rs = (v1_host.resctrl_root / "schemata").read_text()
-    n = LinuxNode(config(v1_host, tmp_path), feed=feed, clock=clock, monotonic=clock, fs=v1_host.fs)
+    n = LinuxNode(linux_config(v1_host, tmp_path), feed=feed, clock=clock, monotonic=clock, fs=v1_host.fs)
     n.reset()
     n.apply(split(n, lc_cores=2.0))
     n.close()
@@ -200,12 +179,12 @@ def test_missing_cgroup_fails_fast_and_writes_nothing(v1_host, tmp_path, clock, 
     apps = (APPS[0], AppTarget("be", "be", cgroup="nope"))
     with pytest.raises(HwInputError, match="cgroup 'nope' of 'be' does not exist"):
         LinuxNode(
-            config(v1_host, tmp_path, apps=apps), feed=feed, clock=clock, monotonic=clock, fs=v1_host.fs
+            linux_config(v1_host, tmp_path, apps=apps), feed=feed, clock=clock, monotonic=clock, fs=v1_host.fs
         )
     assert v1_host.fs.writes == []
     with pytest.raises(HwInputError, match="process 999999 does not exist"):
         LinuxNode(
-            config(v1_host, tmp_path, apps=(APPS[0], AppTarget("be", "be", pids=(999999,)))),
+            linux_config(v1_host, tmp_path, apps=(APPS[0], AppTarget("be", "be", pids=(999999,)))),
             feed=feed, clock=clock, monotonic=clock, fs=v1_host.fs,
         )  # fmt: skip
     assert v1_host.fs.writes == [] and not (v1_host.cgroup_root / "cpu" / "coloc").exists()
@@ -214,9 +193,9 @@ def test_missing_cgroup_fails_fast_and_writes_nothing(v1_host, tmp_path, clock, 
 def test_missing_knob_fails_fast_or_is_masked(tmp_path, clock, feed, host_factory):
     host = host_factory["v1"](tmp_path, resctrl=False)
     with pytest.raises(CapabilityError, match="mount -t resctrl"):
-        LinuxNode(config(host, tmp_path), feed=feed, clock=clock, monotonic=clock, fs=host.fs)
+        LinuxNode(linux_config(host, tmp_path), feed=feed, clock=clock, monotonic=clock, fs=host.fs)
     n = LinuxNode(
-        config(host, tmp_path, require_knobs=False), feed=feed, clock=clock, monotonic=clock, fs=host.fs
+        linux_config(host, tmp_path, require_knobs=False), feed=feed, clock=clock, monotonic=clock, fs=host.fs
     )
     try:
         caps = n.capabilities()
@@ -229,7 +208,7 @@ def test_missing_knob_fails_fast_or_is_masked(tmp_path, clock, feed, host_factor
 
 
 def test_quota_mode_on_cgroup_v2(v2_host, tmp_path, clock, feed):
-    cfg = config(
+    cfg = linux_config(
         v2_host,
         tmp_path,
         knobs=("core", "mem", "disk"),
@@ -274,7 +253,7 @@ def _real_cgroups() -> bool:
 def test_quota_mode_unmanaged_gives_every_member_the_whole_node(v2_host, tmp_path, clock, feed):
     """A core group holding every managed core is not split (no isolation, env/types.py); a group
     that holds part of the node still is, so its members never exceed its share."""
-    cfg = config(
+    cfg = linux_config(
         v2_host,
         tmp_path,
         knobs=("core", "mem", "disk"),
@@ -338,7 +317,7 @@ def test_gym_env_steps_on_a_linux_node(v1_host, tmp_path, clock, feed):
     from hw.gym import make_linux_env
 
     env = make_linux_env(
-        config(v1_host, tmp_path),
+        linux_config(v1_host, tmp_path),
         feed=feed,
         node_kwargs={"clock": clock, "monotonic": clock, "fs": v1_host.fs},
     )

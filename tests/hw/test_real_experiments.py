@@ -42,11 +42,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from baselines.registry import ControllerContext, make_controller
 from env.allocations import unmanaged_allocation
+from env.controller import ControllerContext
 from env.guards import clamp_only
 from env.loop import ControlLoop, TickRecord
 from env.types import Move
+from harness.registry import make_controller
 from hw.config import AppTarget, CoresConfig, FeedConfig, LinuxNodeConfig, MemoryConfig
 from hw.linux_node import LinuxNode
 from hw.sweep import LoadgenProcess, free_port, rt_prefix, start_memcached, stop_process, wait_port

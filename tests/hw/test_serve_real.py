@@ -241,7 +241,7 @@ def _free_port() -> int:
 
 
 def _second_controller() -> str:
-    from baselines import registry
+    from harness import registry
 
     policy = os.environ.get("COLOC_SERVE_POLICY")
     if policy and "rl" in registry.REGISTRY and Path(policy).exists():

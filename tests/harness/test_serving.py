@@ -1,4 +1,4 @@
-"""env.serving: the supervisor's state machines (safe mode, handover, backoff), its node wrappers,
+"""harness.serving: the supervisor's state machines (safe mode, handover, backoff), its node wrappers,
 its outputs, and fault injection for every safety case on a SimNode and on a LinuxNode over fake
 kernel trees (tests/hw/conftest.py). No test sleeps on a real clock except the stop tests, which
 wait on an event that a stop request ends at once."""
@@ -6,11 +6,9 @@ wait on an event that a stop request ends at once."""
 from __future__ import annotations
 
 import errno
-import importlib.util
 import json
 import math
 import signal
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -27,7 +25,19 @@ from env.controller import BaseController
 from env.guards import GuardChain, GuardsConfig, build_guards
 from env.loop import read_jsonl
 from env.node import RealClock
-from env.serving import (
+from env.sim.node import SimNode
+from env.sim.scenario import simple_scenario
+from env.types import (
+    Allocation,
+    AllocationError,
+    AppSample,
+    BeSample,
+    Decision,
+    Observation,
+    Usage,
+    validate_allocation,
+)
+from harness.serving import (
     Active,
     ApplyDeferred,
     DryRunNode,
@@ -54,25 +64,9 @@ from env.serving import (
     safe_allocation,
     wants_fallback,
 )
-from env.sim.node import SimNode
-from env.sim.scenario import simple_scenario
-from env.types import (
-    Allocation,
-    AllocationError,
-    AppSample,
-    BeSample,
-    Decision,
-    Observation,
-    Usage,
-    validate_allocation,
-)
+from tests import fakes
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("coloc_hw_fakes", ROOT / "tests" / "hw" / "conftest.py")
-fakes = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = fakes
-_spec.loader.exec_module(fakes)  # the hw engineer's fake kernel trees (make_v1_host, FakeFeed, ...)
-
+ROOT = Path(__file__).resolve().parents[2]
 FIELDS = ("cores", "llc_ways", "freq_mhz", "memory_gb", "disk_mbps", "net_gbps", "mba_pct")
 USAGE = Usage(0.5, 1.0, 1.0, 1.0, 0.0, 0.0, 2200.0)
 

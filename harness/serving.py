@@ -1,8 +1,7 @@
 """Serving: run one controller on one node for as long as the node runs, safely (DESIGN §1 use 3).
 
 `serve.py` is the command line; this module is the machinery, node- and controller-agnostic (the
-CLI builds the node - a `LinuxNode` or a `SimNode` - and the controllers, and injects them; nothing
-here imports `hw/` or `baselines/`). Every tick is one `env.loop.ControlLoop` tick (observe ->
+node - a `LinuxNode` or a `SimNode` - and the controllers are built by the caller and injected). Every tick is one `env.loop.ControlLoop` tick (observe ->
 decide -> guards -> apply -> record); the supervisor adds its safety pieces *around* that loop by
 composition, so evaluation, training and serving still share one tick:
 
@@ -74,7 +73,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import yaml
 
-from env.config import ConfigError, build, load_yaml
+from env.allocations import allocation_diff, describe_diff, structure
+from env.config import ConfigError, build, load_yaml, plain_data
 from env.controller import Controller
 from env.guards import GuardChain, GuardsConfig
 from env.loop import ControlLoop, TickRecord
@@ -90,11 +90,11 @@ from env.types import (
     Usage,
     validate_allocation,
 )
+from harness.registry import LEARNED_SPECS
 
 log = logging.getLogger("coloc.serve")
 
 _EPS = 1e-6
-LEARNED_SPECS = ("rl", "bo")  # spec names whose controllers get a fallback under `applies_to: auto`
 CONTROL_P99_GOAL_MS = 5.0
 CPU_GOAL_PCT = 2.0
 
@@ -276,6 +276,7 @@ def parse_serve_config(data: Any, where: str) -> ServeConfig:
 
 
 def load_serve_config(path: str | Path) -> ServeConfig:
+    """The serving config at `path` (configs/serve/*.yaml), strictly checked (`parse_serve_config`)."""
     p = Path(path)
     return parse_serve_config(load_yaml(p), p.name)
 
@@ -294,6 +295,8 @@ def wants_fallback(spec: str, cfg: FallbackConfig) -> bool:
 # ======================================================================================================
 @dataclass(frozen=True, slots=True)
 class ServeEvent:
+    """One thing the supervisor did and why, at observation time `time_s` (logged, and in the tick's record)."""
+
     time_s: float
     kind: str  # safe_mode_on/off, handover, hand_back, controller_error, apply_failed, apply_partial,
     # apply_deferred, apply_recovered, apply_refused, observe_failed, dry_run, stop
@@ -342,10 +345,6 @@ def feed_ok(obs: Observation) -> bool:
     return obs.valid and not obs.stale_s > 0 and all(s.valid for s in obs.apps)
 
 
-def _structure(alloc: Allocation) -> tuple[tuple[str, int, int], ...]:
-    return tuple(sorted((a.name, a.core_group, a.clos) for a in alloc.apps))
-
-
 _RAISE_FIELDS = ("cores", "llc_ways", "freq_mhz", "memory_gb", "disk_mbps", "net_gbps", "mba_pct")
 
 
@@ -361,10 +360,10 @@ def safe_allocation(
     allocation grouped otherwise is replaced by the start (an LC app sharing a group cannot be
     "at least" its exclusive start share)."""
     lc = {a.name for a in caps.lc_apps}
-    struct = _structure(start)
-    if target is not None and _structure(target) == struct:
+    struct = structure(start)
+    if target is not None and structure(target) == struct:
         out = target
-    elif _structure(current) == struct:
+    elif structure(current) == struct:
         out = current
     else:
         out = start
@@ -393,9 +392,9 @@ def safe_allocation(
         if any(getattr(b, k) != v for k, v in frozen.items()):
             out = out.replace_app(a.name, **frozen)
     out = _fit_totals(out, start, caps, lc)
-    for a in out.apps:  # a quota never exceeds its group's cores
-        if a.cpu_quota > a.cores + _EPS:
-            out = out.replace_app(a.name, cpu_quota=a.cores)
+    for app in out.apps:  # a quota never exceeds its group's cores
+        if app.cpu_quota > app.cores + _EPS:
+            out = out.replace_app(app.name, cpu_quota=app.cores)
     return out
 
 
@@ -505,7 +504,7 @@ class SafeModeGuard:
         safe = safe_allocation(decision.allocation, obs.allocation, self.start, caps)
         if safe == base:
             return decision, ""
-        changed = _describe_diff(base, safe, limit=4)
+        changed = describe_diff(base, safe, limit=4) or "no change"
         return dataclasses.replace(decision, allocation=safe, move=None, app=None), f"safe mode: {changed}"
 
     def _emit(self, t: float, kind: str, msg: str) -> None:
@@ -523,32 +522,6 @@ def _why_invalid(obs: Observation) -> str:
     if not parts:
         parts.append("invalid observation")
     return "; ".join(parts)
-
-
-def allocation_diff(before: Allocation, after: Allocation) -> list[str]:
-    """'app.field a->b' for every field that differs (apps only in `after` as '+app')."""
-    items = []
-    for a in after.apps:
-        if a.name not in before:
-            items.append(f"+{a.name}")
-            continue
-        b = before[a.name]
-        for f in dataclasses.fields(a):
-            x, y = getattr(b, f.name), getattr(a, f.name)
-            if x != y:
-                items.append(f"{a.name}.{f.name} {_fmt(x)}->{_fmt(y)}")
-    return items
-
-
-def _describe_diff(before: Allocation, after: Allocation, limit: int = 6) -> str:
-    items = allocation_diff(before, after)
-    if len(items) > limit:
-        items = [*items[:limit], f"... {len(items) - limit} more"]
-    return ", ".join(items) or "no change"
-
-
-def _fmt(x: Any) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
 
 
 # ======================================================================================================
@@ -593,8 +566,8 @@ class SupervisedController:
         self.fallback = fallback
         self.config = config or FallbackConfig()
         self.events = events
-        self.primary_name = primary_name or getattr(primary, "name", "primary")
-        self.fallback_name = fallback_name or (getattr(fallback, "name", "fallback") if fallback else "")
+        self.primary_name = primary_name or str(getattr(primary, "name", "primary"))
+        self.fallback_name = fallback_name or (str(getattr(fallback, "name", "fallback")) if fallback else "")
         self.name = self.primary_name
         self.state = HandoverState()
         self.errors_absorbed = 0  # decide() errors answered by a handover instead of raised to the loop
@@ -868,6 +841,7 @@ class ResilientNode:
 
     def _invalid_observation(self, now: float) -> Observation:
         caps = self.inner.capabilities()
+        alloc: Allocation | None
         try:
             alloc = self.inner.current_allocation()
         except Exception:
@@ -1664,7 +1638,7 @@ class MetricsServer:
         self.sup = sup
         self.config = config
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(self))  # type: ignore[arg-type]
+        self.registry.register(_Collector(self))
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.port = config.port
@@ -1708,9 +1682,13 @@ class MetricsServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        server_cls = ThreadingWSGIServer
+        server_cls: type[ThreadingWSGIServer] = ThreadingWSGIServer
         if ":" in self.config.host:
-            server_cls = type("V6Server", (ThreadingWSGIServer,), {"address_family": socket.AF_INET6})
+
+            class V6Server(ThreadingWSGIServer):
+                address_family = socket.AF_INET6
+
+            server_cls = V6Server
         try:
             self._server = make_server(
                 self.config.host, self.config.port, app, server_cls, handler_class=Quiet
@@ -1781,26 +1759,11 @@ class SignalStop:
 # ======================================================================================================
 # Run directory
 # ======================================================================================================
-def plain(x: Any) -> Any:
-    """Data YAML/JSON can dump (dataclasses -> dicts, tuples -> lists, NaN -> None)."""
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return plain(dataclasses.asdict(x))
-    if isinstance(x, Mapping):
-        return {str(k): plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple | frozenset | set):
-        return [plain(v) for v in (sorted(x, key=str) if isinstance(x, frozenset | set) else x)]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, enum.Enum):
-        return x.value
-    return x
-
-
 def save_resolved_config(run_dir: Path, resolved: Mapping[str, Any]) -> Path:
     """Write the resolved config (serve config after CLI overrides, the node's config, the
     controller specs, the command line) as `config.yaml` in the run directory."""
     p = run_dir / "config.yaml"
-    p.write_text(yaml.safe_dump(plain(resolved), sort_keys=False))
+    p.write_text(yaml.safe_dump(plain_data(resolved), sort_keys=False))
     return p
 
 
@@ -1904,7 +1867,7 @@ def bench_overhead(
     if clock is None and not isinstance(node.clock, SimClock):
         clock = _VirtualClock(node.clock.now())
     if before_observe is not None:
-        node = _HookNode(node, before_observe)  # type: ignore[assignment]
+        node = _HookNode(node, before_observe)
     caps = node.capabilities()
     with contextlib.ExitStack() as stack:
         d = Path(out_dir) if out_dir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -2028,7 +1991,7 @@ def bench_sim(
 ) -> dict[str, Any]:
     """`bench_overhead` on a SimNode of `scenario` (default the 6-app PARTIES mix) with the serving
     guard chain; `make_controller(caps, scenario, node)` builds the controller (the registry is
-    injected by the caller: env does not import baselines). For `evaluate.py bench`."""
+    injected by the caller). For `evaluate.py bench`."""
     from env.guards import build_guards
     from env.sim.node import SimNode
     from env.sim.scenario import load_scenario

@@ -13,7 +13,7 @@ import yaml
 
 import train
 from agents.rllib.config import build_train_config, load_train_config, resolved
-from agents.rllib.trainer import CHECKPOINT_FILES, CHECKPOINT_META, checkpoint_meta
+from agents.rllib.runtime import CHECKPOINT_FILES, CHECKPOINT_META, checkpoint_meta
 
 TINY = [
     "iterations=2",
@@ -240,7 +240,7 @@ def test_the_demo_compares_the_policy_with_every_baseline():
 
 
 def test_eval_specs_add_single_app_baselines_only_to_one_app_scenarios(tmp_path):
-    from agents.rllib.trainer import eval_specs
+    from harness.training import eval_specs
 
     config = load_train_config("demo", ["eval.baselines=[parties]", "eval.single_app_baselines=[prm]"])
     policy = tmp_path / "policy.pt"
@@ -254,7 +254,7 @@ def test_a_run_keeps_to_its_time_budget_and_returns_a_servable_policy(ray_sessio
     import io
 
     from agents.policy import load_policy
-    from agents.rllib.trainer import RunOptions, train
+    from harness.training import RunOptions, train
 
     log = io.StringIO()
     budget = ["iterations=3", "checkpoint_every=10", "max_train_minutes=0.001", "eval.enabled=false"]

@@ -327,3 +327,36 @@ def test_registration_without_importing_hw():
     code = "import sys, env.gym_env, env.vector_env; print(sorted(m for m in sys.modules if m.split('.')[0] == 'hw'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---- the run's guard chain -------------------------------------------------------------------------
+@pytest.mark.parametrize("vector", [False, True])
+def test_the_guard_chain_of_the_config_wraps_every_action(vector):
+    """A rate limit that allows no LC core reduction holds <DOWN,CORE>; the default chain (clamp
+    only) applies it. Both envs (scalar and vector) pass actions through the same chain."""
+    from env.guards import GuardsConfig, RateLimitConfig
+    from env.types import Move
+    from env.vector_env import NodeVectorEnv
+
+    down_core = 1 + (Move.DOWN_CORE - 1)  # slot 0, single mode
+    no_core_decrease = GuardsConfig(rate_limit=RateLimitConfig(max_core_decrease=0.0))
+    cores = {}
+    for name, guards in (("clamp", GuardsConfig()), ("rate_limit", no_core_decrease)):
+        cfg = EnvConfig(max_apps=3, scenario="mix3-const", guards=guards)
+        if vector:
+            env = NodeVectorEnv(1, cfg)
+            env.reset(seed=0)
+            app = env.capabilities(0).lc_apps[0].name
+            before = env.observations()[0].allocation[app].cores
+            env.step(np.array([down_core]))
+            cores[name] = (before, env.observations()[0].allocation[app].cores)
+        else:
+            env = NodeEnv(cfg)
+            env.reset(seed=0)
+            app = env.capabilities.lc_apps[0].name
+            before = env.observation.allocation[app].cores
+            env.step(down_core)
+            cores[name] = (before, env.observation.allocation[app].cores)
+        env.close()
+    assert cores["clamp"][1] < cores["clamp"][0]  # the move was applied
+    assert cores["rate_limit"][1] == cores["rate_limit"][0]  # the chain held it

@@ -1,11 +1,10 @@
 """serve.py: a rehearsal on a SimNode, a dry run, bad input (exit 2, nothing written to the node),
 and SIGTERM / kill -9 of a real serve.py process managing a LinuxNode over a fake kernel tree
-(tests/hw/conftest.py; plain files, so no root needed): the tree must be back as it was."""
+(tests/fakes.py; plain files, so no root needed): the tree must be back as it was."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -19,18 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # serve.py is a top-level script
+import serve  # the CLI module: the repository root is on pytest's pythonpath (pyproject.toml)
+from env.loop import read_jsonl
+from hw.procs import find_processes
+from tests import fakes
 
-import serve  # noqa: E402
-from baselines import registry  # noqa: E402
-from env.loop import read_jsonl  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("coloc_hw_fakes", ROOT / "tests" / "hw" / "conftest.py")
-fakes = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = fakes
-_spec.loader.exec_module(fakes)
+ROOT = Path(__file__).resolve().parents[2]
 
 PY = sys.executable
 
@@ -151,14 +144,6 @@ def start_serve(args: list[str], tmp_path: Path) -> subprocess.Popen:
     )
 
 
-@pytest.fixture
-def rl_registered(monkeypatch):
-    """The `rl:PATH` spec (agents.policy:make), registered for this test if the registry lacks it."""
-    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
-    if "rl" not in registry.REGISTRY:
-        registry.REGISTRY["rl"] = registry.Entry("agents.policy:make", "a trained RL policy", arg="PATH")
-
-
 def saved_policy(path: Path, max_apps: int) -> Path:
     import torch
 
@@ -196,7 +181,7 @@ def test_sim_rehearsal_writes_the_resolved_config_decision_log_and_summary(tmp_p
     assert (out / "serve.log").read_text() and any((out / "tb").iterdir())
 
 
-def test_learned_controllers_run_under_the_parties_fallback(tmp_path, rl_registered, capsys):
+def test_learned_controllers_run_under_the_parties_fallback(tmp_path, capsys):
     policy = saved_policy(tmp_path / "policy.pt", max_apps=6)
     cfg = sim_config(tmp_path)
     out = tmp_path / "run"
@@ -249,7 +234,7 @@ def test_bad_input_exits_2_with_a_message_and_creates_nothing(tmp_path, capsys, 
     assert not (tmp_path / "runs").exists()
 
 
-def test_missing_corrupt_or_mismatched_checkpoint_exits_2(tmp_path, rl_registered, capsys):
+def test_missing_corrupt_or_mismatched_checkpoint_exits_2(tmp_path, capsys):
     cfg = sim_config(tmp_path)
     bad = tmp_path / "corrupt.pt"
     bad.write_bytes(b"not a torch file")
@@ -265,7 +250,7 @@ def test_missing_corrupt_or_mismatched_checkpoint_exits_2(tmp_path, rl_registere
     assert not (tmp_path / "runs").exists()
 
 
-def test_bad_checkpoint_on_a_linux_node_writes_nothing_to_it(tmp_path, rl_registered, capsys):
+def test_bad_checkpoint_on_a_linux_node_writes_nothing_to_it(tmp_path, capsys):
     host, cfg, _, journal = fake_linux(tmp_path)
     before = snapshot(host)
     bad = tmp_path / "corrupt.pt"
@@ -449,11 +434,11 @@ def test_processes_are_found_by_name_with_their_children(tmp_path):
     parent = subprocess.Popen([str(shell), "-c", "sleep 30 & sleep 30 & wait"])
     pids: list[int] = []
     try:
-        wait_for(lambda: len(serve.find_processes("coloctstsh")) >= 3, timeout_s=20, what="two children")
-        pids = serve.find_processes("coloctstsh")
+        wait_for(lambda: len(find_processes("coloctstsh")) >= 3, timeout_s=20, what="two children")
+        pids = find_processes("coloctstsh")
         assert pids[0] == parent.pid and len(pids) == 3
         assert all(Path(f"/proc/{p}/comm").read_text().strip() == "sleep" for p in pids[1:])
-        assert serve.find_processes("no-such-process-name") == []
+        assert find_processes("no-such-process-name") == []
     finally:
         for pid in pids[1:]:  # the children this test started, by pid
             with contextlib.suppress(ProcessLookupError):

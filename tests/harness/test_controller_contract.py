@@ -1,4 +1,4 @@
-"""The controller contract (DESIGN §3, §6.9), shared by every spec in baselines.registry that can be
+"""The controller contract (DESIGN §3, §6.9), shared by every spec in harness.registry that can be
 built on a simulated node: reset, then one decide() per tick on real observations; a Decision whose
 allocation is None or valid; no sleeping and no I/O inside decide(); the same decisions for the same
 seed; an invalid observation (failed latency feed) handled without crashing.
@@ -13,17 +13,16 @@ import os
 import socket
 import subprocess
 import time
-from contextlib import ExitStack
-from unittest import mock
 
 import numpy as np
 import pytest
 
-from baselines.registry import ControllerContext, contract_specs, make_controller
-from env.controller import Controller
+from env.controller import Controller, ControllerContext
 from env.sim.node import SimNode
 from env.sim.scenario import simple_scenario
 from env.types import Decision, Move, validate_allocation
+from harness.registry import contract_specs, make_controller
+from tests.fakes import no_io
 
 SPECS = contract_specs()
 SCENARIOS = {
@@ -39,27 +38,6 @@ def make(spec: str, loads: dict[str, float], seed: int = 0):
     ctrl = make_controller(spec, ControllerContext(node.capabilities(), scn, node, seed))
     ctrl.reset(node.capabilities(), np.random.default_rng(seed))
     return node, ctrl
-
-
-def _forbidden(what: str):
-    def f(*a, **k):
-        raise AssertionError(f"decide() must not {what}")
-
-    return f
-
-
-def no_io() -> ExitStack:
-    """Patch sleeping, file, process and socket access to raise while decide() runs."""
-    stack = ExitStack()
-    for target, what in (
-        ("time.sleep", "sleep"),
-        ("builtins.open", "open files"),
-        ("os.open", "open files"),
-        ("subprocess.Popen", "start processes"),
-        ("socket.socket", "open sockets"),
-    ):
-        stack.enter_context(mock.patch(target, _forbidden(what)))
-    return stack
 
 
 def drive(node: SimNode, ctrl: Controller, ticks: int = TICKS) -> list[Decision]:
@@ -132,14 +110,12 @@ def test_invalid_observations_do_not_crash(spec):
 
 
 def test_registry_parses_specs_strictly(monkeypatch):
-    from baselines import registry as R
     from env.config import ConfigError
+    from harness import registry as R
 
-    monkeypatch.setitem(R.REGISTRY, "needs", R.Entry("baselines.registry:_static", "x", arg="PATH"))
-    monkeypatch.setitem(
-        R.REGISTRY, "maybe", R.Entry("baselines.registry:_static", "x", arg="CFG", optional_arg=True)
-    )
-    monkeypatch.setitem(R.REGISTRY, "simonly", R.Entry("baselines.registry:_static", "x", needs_sim=True))
+    monkeypatch.setitem(R.REGISTRY, "needs", R.Entry(R._static, "x", arg="PATH"))
+    monkeypatch.setitem(R.REGISTRY, "maybe", R.Entry(R._static, "x", arg="CFG", optional_arg=True))
+    monkeypatch.setitem(R.REGISTRY, "simonly", R.Entry(R._static, "x", needs_sim=True))
     assert R.parse_spec("static") == ("static", None)
     assert R.parse_spec("needs:a/b.pt") == ("needs", "a/b.pt")
     assert R.parse_spec("maybe") == ("maybe", None) and R.parse_spec("maybe:c.yaml") == ("maybe", "c.yaml")

@@ -34,6 +34,7 @@ from env.gym_env import EnvConfig
 from env.scenario_sampler import SamplerConfig, ScenarioSampler
 from env.types import N_MOVES
 from env.vector_env import NodeVectorEnv, VectorActionMaskObs
+from harness.registry import factory_of
 
 M = 6
 
@@ -437,7 +438,7 @@ def test_imitation_fits_the_teachers_decisions():
             "model.hidden_units=64",
         ],
     )
-    demos = collect_demonstrations(config, config.warm_start, gamma=0.95, seed=3)
+    demos = collect_demonstrations(config, config.warm_start, 0.95, 3, factory_of(config.warm_start.teacher))
     assert len(demos) == len(demos.masks) == len(demos.actions) == len(demos.returns) > 40
     assert demos.moves > 0 and demos.episodes == 2
     assert np.all(demos.masks[np.arange(len(demos)), demos.actions] == 1.0)  # labels are feasible
@@ -473,8 +474,12 @@ def test_dagger_lets_the_student_drive_while_the_teacher_labels():
     hold_only = ColocNet(NetSpec("single", 6, 32)).eval()
     with torch.no_grad():
         hold_only.hold_head.bias.fill_(1e3)  # a student that never moves
-    teacher = collect_demonstrations(config, config.warm_start, gamma=0.95, seed=3)
-    student = collect_demonstrations(config, config.warm_start, 0.95, 3, hold_only, student_frac=1.0)
+    teacher = collect_demonstrations(
+        config, config.warm_start, 0.95, 3, factory_of(config.warm_start.teacher)
+    )
+    student = collect_demonstrations(
+        config, config.warm_start, 0.95, 3, factory_of(config.warm_start.teacher), hold_only, student_frac=1.0
+    )
     names = [f.name for f in APP_FEATURES]
     changed = [names.index(n) for n in ("d_cores", "d_llc_ways", "d_freq_level", "d_memory", "d_disk")]
 
@@ -494,7 +499,7 @@ def test_labels_the_policy_cannot_express_are_not_imitated():
     from agents.rllib.imitation import collect_demonstrations, pretrain
 
     config = _tiny_warm_config("warm_start.epochs=3")
-    demos = collect_demonstrations(config, config.warm_start, gamma=0.95, seed=3)
+    demos = collect_demonstrations(config, config.warm_start, 0.95, 3, factory_of(config.warm_start.teacher))
     unexpressible = dataclasses.replace(demos, expressible=np.zeros(len(demos), dtype=bool))
     assert unexpressible.unexpressed == len(demos)
     torch.manual_seed(0)

@@ -9,7 +9,7 @@
 * the GP's fitting: bounded warm-started chunks on idle ticks, none when a sample ends, no lazy import
   inside decide();
 * decisions valid, free of I/O and deterministic for a seed once the GP runs (the generic contract,
-  tests/test_controller_contract.py, covers the rest for the spec `bo`).
+  tests/harness/test_controller_contract.py, covers the rest for the spec `bo`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import yaml
 from agents.bo import AllocationSpace, BoConfig, BoController, Candidates, Phase, load_bo_config, make
 from agents.bo import model as bo_model
 from agents.bo.model import Surrogate, _quiet_single_thread, fit_gp
-from baselines.registry import ControllerContext
 from env.allocations import fair_allocation
 from env.config import CONFIGS, ConfigError
+from env.controller import ControllerContext
 from env.sim import model as M
 from env.sim.engine import be_alone_progress, build_layout, meet_probability
 from env.sim.experiments import Setup, analytic_outputs
@@ -49,7 +49,7 @@ from env.types import (
     Usage,
     validate_allocation,
 )
-from tests.test_controller_contract import no_io
+from tests.fakes import no_io
 
 ALL = tuple(Resource)
 
@@ -682,7 +682,7 @@ def test_no_decide_call_imports_a_module():
     code = (
         "import sys, numpy as np\n"
         "from agents.bo import BoController\n"
-        "from tests.test_bo import FAST\n"
+        "from tests.agents.test_bo import FAST\n"
         "from env.sim.node import SimNode\n"
         "from env.sim.scenario import simple_scenario\n"
         "node = SimNode(simple_scenario({'memcached': 0.6, 'xapian': 0.4, 'nginx': 0.5}, duration_s=60, seed=0))\n"
@@ -698,7 +698,7 @@ def test_no_decide_call_imports_a_module():
         "print(sorted(new))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2]
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"

@@ -1,5 +1,7 @@
-"""A training run: RLlib iterations, TensorBoard, checkpoints, resume, export and the final
-comparison with the baselines. `train.py` is a thin CLI over `train`; `make demo` is
+"""A training run (`train.py`): planning, RLlib iterations, TensorBoard, checkpoints, resume, the
+warm start from a teacher controller, export and the final comparison with the baselines.
+`make demo` is `train.py --config demo` (configs/train/demo.yaml: a short run, then every
+baseline).
 `train.py --config demo` (configs/train/demo.yaml: a short run, then every baseline).
 
 Run directory (`--out OUT`):
@@ -24,19 +26,20 @@ restores the algorithm (weights, optimiser, iteration count) and training contin
 `iterations`. Its network layout (algorithm, action mode, `max_apps`, width, feature layout) must
 match the config, else a ConfigError says which differs. `--out` may be DIR itself (continue in
 place) or a new directory.
+
+The guard chain (`guards:` in the config, `env.guards.GuardsConfig`; clamp only by default) is
+chosen once per run: the training env applies it to every action, the final comparison runs the
+policy and the baselines under it, and the exported policy records it (`PolicyMeta.guards`), so
+`serve.py` can say when it serves the policy under another chain.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
-import os
 import shutil
-import socket
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,28 +48,27 @@ from typing import Any, TextIO
 
 import yaml
 
-from agents.policy import (
-    POLICY_FILE,
-    ColocNet,
-    NetSpec,
-    PolicyMeta,
-    atomic_write_bytes,
-    check_layout,
-    export_policy,
-    feature_layout,
-)
+from agents.policy import POLICY_FILE, atomic_write_bytes
 from agents.rllib.config import ResourcesConfig, TrainConfig, build_train_config, load_train_config, resolved
-from env.config import ConfigError
-
-CHECKPOINT_META = "coloc.json"
-CHECKPOINT_FORMAT = "coloc-rllib-checkpoint"
-RL_REGISTRY_ENTRY = (
-    "agents.policy:make",
-    "a trained RL policy (train.py): PATH = OUT/policy.pt or the run dir OUT",
+from agents.rllib.imitation import collect_demonstrations, pretrain
+from agents.rllib.runtime import (
+    CHECKPOINT_META,
+    check_compatible,
+    checkpoints_in,
+    find_checkpoint,
+    module_state,
+    net_from_module_state,
+    quiet_ray_logs,
+    save_checkpoint,
+    set_module_weights,
+    start_ray,
 )
+from env.config import ConfigError
+from harness.compare import run_compare, summary_table
+from harness.registry import factory_of, parse_specs
+from harness.runs import load_scenario_arg
 
 
-# ---- plan: everything validated before anything is created -------------------------------------------
 @dataclass(frozen=True)
 class RunOptions:
     """Command-line options of a run (train.py's flags)."""
@@ -89,6 +91,8 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class ResumePoint:
+    """The checkpoint a run resumes from, with its iteration and env steps."""
+
     checkpoint: Path
     iteration: int
     env_steps: int
@@ -96,6 +100,9 @@ class ResumePoint:
 
 @dataclass(frozen=True)
 class RunPlan:
+    """Everything a run was validated to need before anything is created: the config, the options, the
+    Ray resources and where it resumes from."""
+
     config: TrainConfig
     options: RunOptions
     resources: ResourcesConfig
@@ -114,90 +121,6 @@ class TrainOutcome:
     wall_s: float  # this session's training wall time (without the final evaluation)
     eval_s: float
     evaluation: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-
-
-def checkpoint_meta(config: TrainConfig, iteration: int, env_steps: int) -> dict[str, Any]:
-    return {
-        "format": CHECKPOINT_FORMAT,
-        "algo": config.algo,
-        "net": dataclasses.asdict(config.net_spec()),
-        "feature_layout": feature_layout(),
-        "iteration": iteration,
-        "env_steps": env_steps,
-        "config": resolved(config),
-    }
-
-
-def _read_meta(ckpt: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads((ckpt / CHECKPOINT_META).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(
-            f"--resume {ckpt}: unreadable {CHECKPOINT_META} ({e}); the checkpoint is damaged"
-        ) from None
-    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
-        raise ConfigError(f"--resume {ckpt}: {CHECKPOINT_META} is not a coloc checkpoint description")
-    return meta
-
-
-def checkpoints_in(run_dir: Path) -> list[Path]:
-    """Complete checkpoints of a run directory (with their metadata), oldest first."""
-    return sorted(
-        p for p in (run_dir / "checkpoints").glob("iter_*") if p.is_dir() and (p / CHECKPOINT_META).is_file()
-    )
-
-
-# RLlib restores whatever components a checkpoint holds and silently skips missing ones (a
-# checkpoint without its learner state would resume with untrained weights): check they are there
-CHECKPOINT_FILES = (
-    "rllib_checkpoint.json",
-    "algorithm_state.pkl",
-    "learner_group/learner/rl_module/default_policy/module_state.pkl",
-)
-
-
-def find_checkpoint(path: Path) -> tuple[Path, dict[str, Any]]:
-    """The checkpoint to resume: `path` itself, or the latest complete one of the run `path`."""
-    if not path.is_dir():
-        raise ConfigError(f"--resume {path}: no such directory")
-    if (path / CHECKPOINT_META).is_file():
-        ckpt = path
-    else:
-        found = checkpoints_in(path)
-        if not found:
-            raise ConfigError(
-                f"--resume {path}: no checkpoint found (expected {path}/checkpoints/iter_*/{CHECKPOINT_META})"
-            )
-        ckpt = found[-1]
-    meta = _read_meta(ckpt)
-    missing = [f for f in CHECKPOINT_FILES if not (ckpt / f).is_file()]
-    if missing:
-        raise ConfigError(f"--resume {ckpt}: damaged checkpoint, missing {missing}")
-    return ckpt, meta
-
-
-def check_compatible(config: TrainConfig, meta: dict[str, Any], where: str) -> None:
-    """ConfigError unless the checkpoint's algorithm and network layout are the config's."""
-    if meta.get("algo") != config.algo:
-        raise ConfigError(
-            f"{where}: the checkpoint was trained with algo {meta.get('algo')!r}, the config says {config.algo!r}"
-        )
-    try:
-        saved = NetSpec(**meta["net"])
-    except (KeyError, TypeError) as e:
-        raise ConfigError(f"{where}: bad network description in {CHECKPOINT_META} ({e})") from None
-    want = config.net_spec()
-    check_layout(saved, want.action_mode, want.max_apps, where)
-    for key in ("hidden_units", "pressure_mask"):
-        if getattr(saved, key) != getattr(want, key):
-            raise ConfigError(
-                f"{where}: the checkpoint's network has model.{key}={getattr(saved, key)}, the config "
-                f"{getattr(want, key)}"
-            )
-    if meta.get("feature_layout") != feature_layout():
-        raise ConfigError(
-            f"{where}: the checkpoint was trained on another observation layout (env.features changed)"
-        )
 
 
 def plan_run(config: TrainConfig, options: RunOptions) -> RunPlan:
@@ -225,18 +148,16 @@ def plan_run(config: TrainConfig, options: RunOptions) -> RunPlan:
             raise ConfigError(
                 "--overwrite would delete the run being resumed; drop it or choose another --out"
             )
-    from env.evaluation import parse_specs_arg
-
     for key in ("baselines", "single_app_baselines"):
         specs = getattr(config.eval, key)
         if config.eval.enabled and specs:
             try:
-                parse_specs_arg(",".join(specs))
+                parse_specs(",".join(specs))
             except ConfigError as e:
                 raise ConfigError(f"eval.{key}: {e}") from None
     if config.warm_start.teacher is not None and resume is None:
         try:
-            parse_specs_arg(config.warm_start.teacher)
+            parse_specs(config.warm_start.teacher)
         except ConfigError as e:
             raise ConfigError(f"warm_start.teacher: {e}") from None
     if out.exists() and not out.is_dir():
@@ -248,158 +169,16 @@ def plan_run(config: TrainConfig, options: RunOptions) -> RunPlan:
     return RunPlan(config, dataclasses.replace(options), res, resume, in_place)
 
 
-# ---- Ray ------------------------------------------------------------------------------------------------
-def start_ray(plan: RunPlan) -> bool:
-    """Join `--ray-address` or start a local session; True when this call started Ray (and must
-    stop it). Checks the cluster has the CPUs the env runners ask for (else RLlib would wait)."""
-    import ray
-
-    started = False
-    if not ray.is_initialized():
-        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-        if plan.options.ray_address:
-            check_reachable(plan.options.ray_address)
-        try:
-            if plan.options.ray_address:
-                use_token_auth_if_available()
-                ray.init(address=plan.options.ray_address, log_to_driver=False)
-            else:
-                ray.init(num_cpus=plan.resources.local_num_cpus, **kw)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            where = plan.options.ray_address or "a local session"
-            raise ConfigError(
-                f"--ray-address: cannot start or join Ray at {where}: {e} (is `ray start --head` running there? "
-                "a cluster with token authentication needs its token: RAY_AUTH_TOKEN or ~/.ray/auth_token)"
-            ) from None
-        started = True
-    res = plan.resources
-    need = res.num_env_runners * res.num_cpus_per_env_runner + res.num_learners * res.num_cpus_per_learner
-    have = float(ray.cluster_resources().get("CPU", 0.0))
-    if need > have:
-        if started:
-            ray.shutdown()
-        raise ConfigError(
-            f"the env runners and learners need {need:g} CPUs; the Ray cluster has {have:g} "
-            "(lower resources.num_env_runners / --num-env-runners, or add nodes / resources.local_num_cpus)"
-        )
-    return started
-
-
-def quiet_ray_logs() -> None:
-    """Show only errors from Ray's and RLlib's loggers in this process (the CLI's default: the
-    progress lines are the output). Ray sets its loggers up when imported, so import it first."""
-    import ray  # noqa: F401 - configures the "ray" loggers, which this then quiets
-
-    for name in ("ray", "ray.rllib", "ray.tune", "ray._common", "ray._private"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def check_reachable(address: str, timeout_s: float = 10.0) -> None:
-    """ConfigError at once when nothing listens at `HOST:PORT` (or `ray://HOST:PORT`): Ray itself
-    keeps retrying an unreachable GCS for many minutes. `auto` (find a local cluster) is not checked."""
-    hostport = address.split("://", 1)[-1]
-    if hostport == "auto":
-        return
-    host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(f"--ray-address {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379) or auto")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as e:
-        raise ConfigError(
-            f"--ray-address {address}: nothing answers there ({e}); start the head with `ray start --head --port={port}`"
-        ) from None
-
-
-def use_token_auth_if_available() -> None:
-    """Clusters started with `ray start --head` use token authentication by default, but
-    `ray.init(address=...)` only sends a token in token mode: turn it on when a token is at hand
-    (RAY_AUTH_TOKEN, or ~/.ray/auth_token copied from the head) and RAY_AUTH_MODE is unset. A
-    cluster without authentication accepts such a client too."""
-    if "RAY_AUTH_MODE" in os.environ:
-        return
-    if os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").is_file():
-        os.environ["RAY_AUTH_MODE"] = "token"
-
-
-# ---- checkpoints and export -----------------------------------------------------------------------------
-def module_state(algo: Any) -> dict[str, Any]:
-    """The learner's RLModule weights (numpy), whether the learner is local or remote."""
-    from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
-
-    comp = f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}/{DEFAULT_MODULE_ID}"
-    state = algo.learner_group.get_state(components=comp, inference_only=True)
-    return state[COMPONENT_LEARNER][COMPONENT_RL_MODULE][DEFAULT_MODULE_ID]
-
-
-def net_from_module_state(spec: NetSpec, state: dict[str, Any]) -> ColocNet:
-    """A `ColocNet` holding the `net.*` weights of an RLModule state."""
-    import numpy as np
-    import torch
-
-    net = ColocNet(spec)
-    weights = {
-        k[len("net.") :]: torch.as_tensor(np.asarray(v)) for k, v in state.items() if k.startswith("net.")
-    }
-    net.load_state_dict(weights, strict=True)
-    net.eval()
-    return net
-
-
-def export_from_algo(algo: Any, config: TrainConfig, path: Path, iteration: int, env_steps: int) -> Path:
-    spec = config.net_spec()
-    net = net_from_module_state(spec, module_state(algo))
-    meta = PolicyMeta(spec, config.env.features, feature_layout(), config.algo, iteration, env_steps)
-    return export_policy(path, net, meta)
-
-
-def save_checkpoint(algo: Any, config: TrainConfig, out: Path, iteration: int, env_steps: int) -> Path:
-    """`OUT/checkpoints/iter_NNNNNN` (saved under a temporary name, then renamed), the exported
-    `OUT/policy.pt`, and only the newest `keep_checkpoints` checkpoints kept."""
-    root = out / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"iter_{iteration:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
-    try:
-        algo.save_to_path(str(tmp))
-        (tmp / CHECKPOINT_META).write_text(
-            json.dumps(checkpoint_meta(config, iteration, env_steps), indent=2) + "\n"
-        )
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    export_from_algo(algo, config, out / POLICY_FILE, iteration, env_steps)
-    for old in checkpoints_in(out)[: -config.keep_checkpoints]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def set_module_weights(algo: Any, net: ColocNet) -> None:
-    """Load `net`'s weights into the learner's RLModule and sync them to the env runners."""
-    from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
-
-    weights = {f"net.{k}": v.detach().cpu().numpy() for k, v in net.state_dict().items()}
-    current = module_state(algo)
-    missing = sorted(set(weights) - set(current))
-    if missing:
-        raise RuntimeError(f"the RLModule has no parameters {missing[:3]}...; network layouts differ")
-    algo.learner_group.set_state({COMPONENT_LEARNER: {COMPONENT_RL_MODULE: {DEFAULT_MODULE_ID: weights}}})
-    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
-
-
 def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None]) -> None:
     """Imitate `warm_start.teacher`, then start RL from that network (agents.rllib.imitation)."""
     import torch
 
-    from agents.rllib.imitation import collect_demonstrations, pretrain
-
     warm = config.warm_start
     t0 = time.perf_counter()
     log(f"warm start: {warm.teacher} drives {warm.episodes} training episodes ...")
-    demos = collect_demonstrations(config, warm, config.ppo.gamma, seed=10_000 + config.seed)
+    assert warm.teacher is not None
+    make_teacher = factory_of(warm.teacher)
+    demos = collect_demonstrations(config, warm, config.ppo.gamma, 10_000 + config.seed, make_teacher)
     torch.manual_seed(config.seed)
     net = net_from_module_state(config.net_spec(), module_state(algo))
     net.train()
@@ -410,7 +189,13 @@ def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None]) -> No
             f"the network acts in {100 * warm.dagger_student_frac:.0f}% of the intervals, {warm.teacher} labels ..."
         )
         demos = demos + collect_demonstrations(
-            config, warm, config.ppo.gamma, 10_000 + config.seed + 1_000 * r, net, warm.dagger_student_frac
+            config,
+            warm,
+            config.ppo.gamma,
+            10_000 + config.seed + 1_000 * r,
+            make_teacher,
+            net,
+            warm.dagger_student_frac,
         )
         stats = pretrain(net, demos, warm, seed=config.seed + r)
     set_module_weights(algo, net)
@@ -422,15 +207,17 @@ def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None]) -> No
 
 
 def write_run_json(out: Path, data: dict[str, Any]) -> None:
+    """Write `OUT/run.json` (module docstring) atomically."""
     atomic_write_bytes(out / "run.json", (json.dumps(data, indent=2) + "\n").encode())
 
 
 def write_yaml_atomic(path: Path, data: Any) -> None:
+    """Write `data` as YAML to `path` atomically (the resolved config beside the run)."""
     atomic_write_bytes(path, yaml.safe_dump(data, sort_keys=False).encode())
 
 
-# ---- progress -------------------------------------------------------------------------------------------
 def fmt_duration(seconds: float) -> str:
+    """Seconds as `1h02m03s` or `2m03s` for progress lines; "?" when unknown."""
     if not math.isfinite(seconds):
         return "?"
     s = round(seconds)
@@ -462,20 +249,6 @@ def progress_line(
     )
 
 
-# ---- the registry entry rl:PATH ---------------------------------------------------------------------
-def ensure_rl_registered() -> bool:
-    """Make the controller spec `rl:PATH` resolvable in this process. True when the registry
-    already has it (then spawned evaluation workers have it too); False when it was added here,
-    in-process only (then the evaluation runs in this process: workers = 1)."""
-    from baselines import registry
-
-    if "rl" in registry.REGISTRY:
-        return True
-    factory, help_text = RL_REGISTRY_ENTRY
-    registry.REGISTRY["rl"] = registry.Entry(factory, help_text, arg="PATH", contract_spec=None)
-    return False
-
-
 def eval_specs(policy: Path, config: TrainConfig, n_lc_apps: int) -> list[str]:
     """The controllers compared on a scenario with `n_lc_apps` LC apps: the policy, the baselines
     and, on a one-app scenario, the single-app baselines (`EvalConfig`)."""
@@ -488,11 +261,7 @@ def evaluate_policy(
 ) -> dict[str, list[dict[str, Any]]]:
     """`evaluate.py compare` of `rl:policy` and the baselines on each `eval.scenarios`, into
     `out/<scenario>/`, tables printed and gathered in `out/summary.md`."""
-    from env.evaluation import load_scenario_arg, run_compare, summary_table
-    from env.guards import GuardsConfig
-
-    native = ensure_rl_registered()
-    workers = config.eval.workers if native else 1
+    workers = config.eval.workers
     results: dict[str, list[dict[str, Any]]] = {}
     tables = ["# Trained policy vs baselines", ""]
     for name in config.eval.scenarios:
@@ -506,7 +275,7 @@ def evaluate_policy(
             config.eval.seeds,
             out / scenario.name,
             workers=workers,
-            guards=GuardsConfig(),
+            guards=config.guards,
             overwrite=True,
             argv=list(argv),
         )
@@ -518,7 +287,6 @@ def evaluate_policy(
     return results
 
 
-# ---- the run ---------------------------------------------------------------------------------------------
 def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
     """Run (or resume) training as planned; returns where the policy is (module docstring)."""
     plan = plan_run(config, options)
@@ -532,7 +300,7 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
     threads = torch.get_num_threads()
     if plan.resources.driver_torch_threads is not None:
         torch.set_num_threads(plan.resources.driver_torch_threads)
-    started = start_ray(plan)
+    started = start_ray(options.ray_address, plan.resources)
     algo = None
     try:
         from agents.rllib.algos import build_algo_config
@@ -686,7 +454,6 @@ def _loop(
     return iteration, env_steps, time.perf_counter() - t0
 
 
-# ---- entry points for other tools ------------------------------------------------------------------------
 def load_config_for(config: str | Path | None, overrides: Sequence[str], resume: Path | None) -> TrainConfig:
     """The run's config: `config` (a configs/train name or path) with overrides; when resuming
     without one, the config the checkpoint was trained with (saved in its coloc.json)."""
@@ -699,3 +466,29 @@ def load_config_for(config: str | Path | None, overrides: Sequence[str], resume:
     if not isinstance(data, dict):
         raise ConfigError(f"--resume {ckpt}: {CHECKPOINT_META} holds no config; pass --config")
     return build_train_config(data, overrides, where=f"{ckpt / CHECKPOINT_META}:config")
+
+
+def run_training(
+    *,
+    config: str | Path | None,
+    overrides: Sequence[str],
+    out: Path,
+    ray_address: str | None = None,
+    num_env_runners: int | None = None,
+    resume: Path | None = None,
+    overwrite: bool = False,
+    verbose: bool = False,
+    argv: Sequence[str] = (),
+) -> TrainOutcome:
+    """`train.py` (its --help): load the config (or the resumed run's), plan and run."""
+    if not verbose:  # the progress lines are the output; Ray's INFO/WARNING chatter buries them
+        quiet_ray_logs()
+    options = RunOptions(
+        out=out,
+        ray_address=ray_address,
+        num_env_runners=num_env_runners,
+        resume=resume,
+        overwrite=overwrite,
+        argv=tuple(argv),
+    )
+    return train(load_config_for(config, overrides, resume), options)

@@ -26,13 +26,14 @@ from agents.policy import (
     load_policy,
     make,
 )
-from baselines import registry
 from env.config import ConfigError
+from env.controller import ControllerContext
 from env.features import FeatureConfig, ObservationEncoder
 from env.gym_env import ActionCodec
 from env.sim.node import SimNode
 from env.sim.scenario import simple_scenario
 from env.types import Decision, validate_allocation
+from harness import registry
 
 THREE = {"memcached": 0.5, "xapian": 0.4, "nginx": 0.5}
 
@@ -71,7 +72,7 @@ def saved_policy(
 def node_and_controller(path: Path, loads=THREE, seed: int = 0):
     scn = simple_scenario(loads, duration_s=60.0, warmup_s=5.0, seed=seed)
     node = SimNode(scn, seed=seed)
-    ctrl = make(registry.ControllerContext(node.capabilities(), scn, node, seed), str(path))
+    ctrl = make(ControllerContext(node.capabilities(), scn, node, seed), str(path))
     ctrl.reset(node.capabilities(), np.random.default_rng(seed))
     return node, ctrl
 
@@ -204,24 +205,16 @@ def test_factory_needs_a_path(tmp_path):
     scn = simple_scenario(THREE)
     node = SimNode(scn)
     with pytest.raises(ConfigError, match="rl:PATH"):
-        make(registry.ControllerContext(node.capabilities(), scn, node, 0), None)
+        make(ControllerContext(node.capabilities(), scn, node, 0), None)
     with pytest.raises(ConfigError, match="no trained policy"):
-        make(registry.ControllerContext(node.capabilities(), scn, node, 0), str(tmp_path / "missing"))
+        make(ControllerContext(node.capabilities(), scn, node, 0), str(tmp_path / "missing"))
 
 
-def test_the_rl_spec_resolves_through_the_registry(tmp_path, monkeypatch):
-    from agents.rllib.trainer import ensure_rl_registered
-
-    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
-    native = "rl" in registry.REGISTRY
-    assert ensure_rl_registered() is native
-    assert ensure_rl_registered() is True  # now it is there
+def test_the_rl_spec_resolves_through_the_registry(tmp_path):
     path = saved_policy(tmp_path)
     scn = simple_scenario(THREE)
     node = SimNode(scn)
-    ctrl = registry.make_controller(
-        f"rl:{path}", registry.ControllerContext(node.capabilities(), scn, node, 0)
-    )
+    ctrl = registry.make_controller(f"rl:{path}", ControllerContext(node.capabilities(), scn, node, 0))
     assert isinstance(ctrl, RlController)
     with pytest.raises(ConfigError, match="needs an argument"):
         registry.parse_spec("rl")
@@ -252,7 +245,8 @@ def test_exported_module_picks_the_actions_of_rllib_inference(ray_session, tmp_p
     from ray.rllib.core.rl_module.rl_module import RLModule
 
     from agents.rllib.config import build_train_config
-    from agents.rllib.trainer import RunOptions, checkpoints_in, train
+    from agents.rllib.runtime import checkpoints_in
+    from harness.training import RunOptions, train
 
     config = build_train_config({}, [f"algo={algo}", f"env.action_mode={mode}", *TINY])
     out = train(config, RunOptions(out=tmp_path / "run", log=io.StringIO()))
@@ -319,3 +313,18 @@ def compare_actions(rllib_module, exported, mode: str) -> tuple[int, set[str]]:
         obs, *_ = vec.step(np.where(random[:, None] if mode == "per_app" else random, rllib_actions, 0))
     vec.close()
     return compared, seen
+
+
+def test_the_guard_chain_it_was_trained_under_is_recorded(tmp_path):
+    from env.guards import CooldownConfig, GuardsConfig
+
+    trained = GuardsConfig(cooldown=CooldownConfig(after_violation_s=3.0))
+    net = ColocNet(NetSpec("single", 3, 32))
+    path = export_policy(
+        tmp_path / "p.pt", net, PolicyMeta(net.spec, FeatureConfig(), feature_layout(), guards=trained)
+    )
+    assert load_policy(path).meta.guards == trained
+    unrecorded = export_policy(
+        tmp_path / "q.pt", net, PolicyMeta(net.spec, FeatureConfig(), feature_layout())
+    )
+    assert load_policy(unrecorded).meta.guards is None

@@ -11,12 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # evaluate.py is a top-level script; spawned workers inherit sys.path
+import evaluate  # the CLI module: the repository root is on pytest's pythonpath (pyproject.toml)
+from harness import compare, maxload
 
-import evaluate  # noqa: E402
-from env import evaluation  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 ROW_KEYS = {
     "controller",
@@ -222,9 +220,9 @@ def test_max_level_binary_search_and_greedy_search_on_a_known_oracle():
         calls.append(i)
         return levels[i] <= 60
 
-    assert evaluation.max_level(ok, len(levels)) == 5 and len(calls) <= 4
-    assert evaluation.max_level(lambda i: False, 10) == -1
-    assert evaluation.max_level(lambda i: True, 10, hi=3) == 2
+    assert maxload.max_level(ok, len(levels)) == 5 and len(calls) <= 4
+    assert maxload.max_level(lambda i: False, 10) == -1
+    assert maxload.max_level(lambda i: True, 10, hi=3) == 2
 
 
 def test_greedy_search_with_a_fake_point_oracle(monkeypatch):
@@ -232,9 +230,9 @@ def test_greedy_search_with_a_fake_point_oracle(monkeypatch):
     def fake(spec, apps, loads, proto):
         return sum(loads) <= 150 and max(loads) <= 60
 
-    monkeypatch.setattr(evaluation, "point_sustained", fake)
-    proto = evaluation.MaxLoadProtocol()
-    emu, pt, points = evaluation.greedy_search("static", ["memcached", "xapian", "nginx", "moses"], proto)
+    monkeypatch.setattr(maxload, "point_sustained", fake)
+    proto = maxload.MaxLoadProtocol()
+    emu, pt, points = maxload.greedy_search("static", ["memcached", "xapian", "nginx", "moses"], proto)
     # equal load: 30% each (120%); then round-robin +10%: 40,40,40,30 = 150%
     assert emu == pytest.approx(1.5) and pt == {
         "memcached": 40.0,
@@ -245,10 +243,10 @@ def test_greedy_search_with_a_fake_point_oracle(monkeypatch):
     # 4 points for the equal-load binary search (50, 20, 30, 40 each), 3 new raises in round 1 and 3
     # in round 2 (moses to 40% is the all-40% point of the binary search: memoised)
     assert points == 10
-    emu, pt, _ = evaluation.serial_grid("static", ["memcached", "xapian", "nginx"], proto, [])
+    emu, pt, _ = maxload.serial_grid("static", ["memcached", "xapian", "nginx"], proto, [])
     assert emu == pytest.approx(1.5)
     # duplicate apps get distinct instance names
-    assert evaluation.instance_names(["mongodb", "nginx", "mongodb"]) == ["mongodb", "nginx", "mongodb-2"]
+    assert maxload.instance_names(["mongodb", "nginx", "mongodb"]) == ["mongodb", "nginx", "mongodb-2"]
 
 
 # ---- bad input ---------------------------------------------------------------------------------------
@@ -342,7 +340,7 @@ def test_a_failure_during_the_runs_removes_the_staging_directory(tmp_path, monke
     def boom(job):
         raise RuntimeError("simulated crash")
 
-    monkeypatch.setattr(evaluation, "run_summary", boom)
+    monkeypatch.setattr(compare, "run_summary", boom)
     out = tmp_path / "x" / "y"
     with pytest.raises(RuntimeError):
         evaluate.main(

@@ -1,0 +1,227 @@
+"""`compare` and `timeline` (DESIGN §5): controllers x one scenario x seeds -> a table, and the
+per-interval view of PARTIES Fig. 9. See `evaluate.py` for the command-line contract."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from env.guards import GuardsConfig
+from env.loop import read_jsonl
+from env.sim.scenario import Scenario
+from harness.output import check_out, pmap, safe_name, staged_output, write_config, write_json
+from harness.plots import plot_compare, plot_timeline
+from harness.registry import parse_specs
+from harness.runs import RunJob, load_guards_arg, load_scenario_arg, probe, run_summary
+
+_COLUMNS = (  # key, header, scale, decimals
+    ("qos_guarantee", "QoS guarantee (%)", 100.0, 1),
+    ("mean_tardiness", "tardiness (p99/target)", 1.0, 2),
+    ("lc_emu", "LC EMU (%)", 100.0, 0),
+    ("emu", "EMU (%)", 100.0, 1),
+    ("be_throughput", "BE throughput (%)", 100.0, 1),
+    ("convergence_s", "convergence (s)", 1.0, 1),
+    ("unconverged", "unconverged", 1.0, 1),
+    ("violations", "violations", 1.0, 1),
+    ("decide_ms_p50", "decide p50 (ms)", 1.0, 3),
+    ("decide_ms_p99", "decide p99 (ms)", 1.0, 3),
+)
+
+
+def _fmt_stat(vals: list[float | None], scale: float, digits: int) -> str:
+    """'mean ± sample std' over seeds (just the mean for one seed; n/a when undefined)."""
+    xs = [v * scale for v in vals if v is not None]
+    if not xs:
+        return "n/a"
+    mean = float(np.mean(xs))
+    if len(xs) == 1:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {float(np.std(xs, ddof=1)):.{digits}f}"
+
+
+def summary_table(results: list[dict[str, Any]], controllers: Sequence[str]) -> str:
+    """Markdown table: one row per controller, mean ± sample standard deviation over seeds."""
+    head = "| controller | seeds | " + " | ".join(h for _, h, _, _ in _COLUMNS) + " |"
+    sep = "|" + "---|" * (len(_COLUMNS) + 2)
+    lines = [head, sep]
+    for c in controllers:
+        rows = [r for r in results if r["controller"] == c]
+        cells = [_fmt_stat([r[k] for r in rows], scale, d) for k, _, scale, d in _COLUMNS]
+        lines.append(f"| {c} | {len(rows)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+UNITS = {
+    "qos_guarantee": "fraction of measured intervals with every LC target met",
+    "mean_tardiness": "p99 / target, mean over measured samples",
+    "lc_emu": "aggregate load (sum of load / max load) if sustained, else 0; null when the load varies",
+    "emu": "Heracles EMU: load of the LC apps meeting QoS + normalised BE throughput, per interval, mean",
+    "be_throughput": "BE throughput normalised to the BE job alone, mean",
+    "convergence_s": "mean over converged events (start, detected load changes) of the time to 5 met intervals",
+    "unconverged": "events (start, load changes) not converged before the next event or the end",
+    "violations": "measured intervals with at least one LC target missed",
+    "decide_ms_p50": "ms",
+    "decide_ms_p99": "ms",
+}
+
+
+def run_compare(
+    scenario: Scenario,
+    scenario_file: str,
+    specs: list[str],
+    n_seeds: int,
+    out: Path,
+    *,
+    workers: int,
+    guards: GuardsConfig,
+    overwrite: bool,
+    argv: Sequence[str],
+    plot: bool = True,
+) -> list[dict[str, Any]]:
+    """`evaluate.py compare`: every controller in `specs` on `scenario` for `n_seeds` seeds (node seed
+    `scenario.seed + i`), under `guards`; writes the runs, summary.json/.md, config.yaml and a plot into
+    `out` and returns one summary row per run."""
+    seeds = [scenario.seed + i for i in range(n_seeds)]
+    check_out(out, overwrite)
+    probe(scenario, specs, seeds[0])
+    with staged_output(out, overwrite) as tmp:
+        (tmp / "runs").mkdir()
+        jobs = [
+            RunJob(s, scenario, seed, guards, str(tmp / "runs" / f"{safe_name(s)}-seed{seed}.jsonl"))
+            for s in specs
+            for seed in seeds
+        ]
+        results = pmap(run_summary, jobs, workers, "compare")
+        write_json(
+            tmp / "summary.json",
+            {"scenario": scenario.name, "scenario_file": scenario_file, "units": UNITS, "results": results},
+        )
+        table = summary_table(results, specs)
+        (tmp / "summary.md").write_text(
+            f"# compare: {scenario.name}\n\n{scenario.description}\n\n"
+            f"Seeds {seeds}; warm-up {scenario.warmup_s:g} s of {scenario.duration_s:g} s; "
+            f"mean ± standard deviation over seeds.\n\n{table}\n"
+        )
+        write_config(
+            tmp / "config.yaml",
+            {
+                "command": "compare",
+                "argv": list(argv),
+                "scenario_file": scenario_file,
+                "scenario": scenario,
+                "controllers": specs,
+                "seeds": seeds,
+                "guards": guards,
+                "workers": workers,
+            },
+        )
+        if plot:
+            plot_compare(results, specs, tmp / "compare.png", scenario.name)
+    return results
+
+
+def run_timeline(
+    scenario: Scenario,
+    scenario_file: str,
+    specs: list[str],
+    seed: int,
+    out: Path,
+    *,
+    workers: int,
+    guards: GuardsConfig,
+    overwrite: bool,
+    argv: Sequence[str],
+) -> list[dict[str, Any]]:
+    """`evaluate.py timeline`: every controller on `scenario` for one seed, with the per-interval records
+    kept for PARTIES Fig. 9's view; writes the runs, summary, config and timeline plot into `out`."""
+    check_out(out, overwrite)
+    probe(scenario, specs, seed)
+    with staged_output(out, overwrite) as tmp:
+        (tmp / "runs").mkdir()
+        paths = {s: tmp / "runs" / f"{safe_name(s)}.jsonl" for s in specs}
+        jobs = [RunJob(s, scenario, seed, guards, str(paths[s])) for s in specs]
+        results = pmap(run_summary, jobs, workers, "timeline")
+        write_json(
+            tmp / "summary.json",
+            {"scenario": scenario.name, "scenario_file": scenario_file, "units": UNITS, "results": results},
+        )
+        (tmp / "summary.md").write_text(
+            f"# timeline: {scenario.name}\n\n{scenario.description}\n\nSeed {seed}.\n\n"
+            f"{summary_table(results, specs)}\n"
+        )
+        write_config(
+            tmp / "config.yaml",
+            {
+                "command": "timeline",
+                "argv": list(argv),
+                "scenario_file": scenario_file,
+                "scenario": scenario,
+                "controllers": specs,
+                "seed": seed,
+                "guards": guards,
+            },
+        )
+        plot_timeline({s: read_jsonl(paths[s]) for s in specs}, tmp / "timeline.png", scenario)
+    return results
+
+
+def compare(
+    *,
+    scenario: str,
+    controllers: str,
+    n_seeds: int,
+    out: Path,
+    workers: int = 2,
+    guards: str | None = None,
+    overwrite: bool = False,
+    argv: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """`evaluate.py compare` (its --help): the arguments as on the command line (a scenario name
+    or file, comma-separated specs, a guards YAML path or None); prints the table."""
+    scn, path = load_scenario_arg(scenario)
+    specs = parse_specs(controllers)
+    results = run_compare(
+        scn,
+        path,
+        specs,
+        n_seeds,
+        out,
+        workers=workers,
+        guards=load_guards_arg(guards),
+        overwrite=overwrite,
+        argv=argv,
+    )
+    print(summary_table(results, specs))
+    print(f"wrote {out}/")
+    return results
+
+
+def timeline(
+    *,
+    scenario: str,
+    controllers: str,
+    out: Path,
+    seed: int | None = None,
+    workers: int = 2,
+    guards: str | None = None,
+    overwrite: bool = False,
+    argv: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """`evaluate.py timeline` (its --help); `seed` None = the scenario's own."""
+    scn, path = load_scenario_arg(scenario)
+    results = run_timeline(
+        scn,
+        path,
+        parse_specs(controllers),
+        scn.seed if seed is None else seed,
+        out,
+        workers=workers,
+        guards=load_guards_arg(guards),
+        overwrite=overwrite,
+        argv=argv,
+    )
+    print(f"wrote {out}/timeline.png")
+    return results

@@ -1,0 +1,503 @@
+"""serve.py's start-up and run (DESIGN §1 use 3): the node, the controllers, the run directory and
+the supervisor, in the order serve.py's --help gives; and `--bench`. The command line fills a
+`ServeOptions`; `main(options)` returns the exit status (0 done or stopped by a signal, 2 bad
+input, 1 an unexpected error after restoring the node)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.policy import RlController
+from env.allocations import fair_allocation
+from env.config import EXIT_BAD_INPUT, ConfigError, plain_data
+from env.controller import Controller, ControllerContext
+from env.guards import GuardsConfig, build_guards
+from env.node import SimClock
+from env.sim.node import SimNode
+from env.types import Allocation
+from harness.registry import make_controller, parse_spec
+from harness.serving import (
+    MetricsServer,
+    ServeConfig,
+    SignalStop,
+    SimSection,
+    Supervisor,
+    bench_overhead,
+    bench_text,
+    default_sinks,
+    load_serve_config,
+    make_run_dir,
+    save_resolved_config,
+    wants_fallback,
+)
+from hw.config import LinuxNodeConfig, load_linux_config
+from hw.linux_node import LinuxNode
+from hw.probe import CapabilityError
+from hw.procs import find_processes
+from hw.runner import HwInputError
+from hw.state import JournalBusy
+
+log = logging.getLogger("coloc.serve")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """serve.py's command-line options (its --help)."""
+
+    config: str
+    controller: str
+    dry_run: bool = False
+    sim: bool = False
+    scenario: str | None = None
+    speed: float | None = None
+    interval_ms: float | None = None
+    duration_s: float | None = None
+    out: str | None = None
+    metrics_port: int | None = None
+    no_metrics: bool = False
+    quiet: bool = False
+    bench: bool = False
+    ticks: int = 300
+    pace_ms: float = 20.0
+    argv: tuple[str, ...] = ()
+
+
+@contextlib.contextmanager
+def _log_file(path: Path) -> Iterator[None]:
+    h = logging.FileHandler(path)
+    h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(h)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeHandler(h)
+        h.close()
+
+
+EXIT_ERROR = 1
+log = logging.getLogger("coloc.serve")
+
+
+class BadInput(Exception):
+    """Invalid input found at start-up: message to print, exit status 2."""
+
+
+# ======================================================================================================
+# Nodes
+# ======================================================================================================
+
+
+def linux_node_config(cfg: ServeConfig, interval_s: float | None, dry_run: bool) -> LinuxNodeConfig:
+    """The LinuxNode config the serve config names, with its overrides (interval, feed, processes
+    found by name); BadInput for what cannot be served. Reads only."""
+    sec = cfg.linux
+    if sec is None:
+        raise BadInput(
+            "the config has no `linux` node section; add one, or pass --sim to rehearse on its `sim` scenario"
+        )
+    node_cfg = load_linux_config(sec.config)
+    if interval_s is not None:
+        node_cfg = dataclasses.replace(node_cfg, interval_s=interval_s)
+    if sec.feed is not None:
+        node_cfg = dataclasses.replace(node_cfg, feed=dataclasses.replace(node_cfg.feed, url=sec.feed))
+    names = [a.name for a in node_cfg.apps]
+    unknown = sorted(set(sec.processes) - set(names))
+    if unknown:
+        raise BadInput(f"linux.processes names {unknown}, not apps of node {node_cfg.name} ({names})")
+    if dry_run:
+        why = [
+            f"app {a.name} is created or gets processes moved in at start (create/pids)"
+            for a in node_cfg.apps
+            if a.create or a.pids
+        ]
+        why += [f"linux.processes would move {p!r} into {a}'s cgroup" for a, p in sec.processes.items()]
+        if "net" in node_cfg.knobs:
+            why.append("knob net sets up tc classes at start")
+        if why:
+            raise BadInput(
+                "--dry-run makes no writes, but this node changes the machine at start: "
+                + "; ".join(why)
+                + ". Point the apps at existing cgroups (cgroup: PATH) or containers to dry-run."
+            )
+        return node_cfg
+    if sec.processes:
+        apps = []
+        for a in node_cfg.apps:
+            if a.name in sec.processes:
+                if a.container or a.label:
+                    raise BadInput(
+                        f"linux.processes.{a.name}: the app is a container; processes apply to cgroups"
+                    )
+                pids = find_processes(sec.processes[a.name], node_cfg.proc_root)
+                if not pids:
+                    raise BadInput(
+                        f"linux.processes.{a.name}: no running process named {sec.processes[a.name]!r} "
+                        f"(under {node_cfg.proc_root}); start it first"
+                    )
+                a = dataclasses.replace(a, pids=tuple(pids), create=True)
+            apps.append(a)
+        node_cfg = dataclasses.replace(node_cfg, apps=tuple(apps))
+    return node_cfg
+
+
+def start_linux_node(node_cfg: LinuxNodeConfig, *, dry_run: bool, feed: Any = None) -> LinuxNode:
+    """Start the LinuxNode (journal replay first, probe, resolve). BadInput for a missing knob,
+    app, cgroup or process, or a journal held by a live controller."""
+    cls = AssumingLinuxNode if dry_run else LinuxNode
+    try:
+        node = cls(node_cfg, feed=feed)
+    except (CapabilityError, HwInputError, JournalBusy, ConfigError) as e:
+        raise BadInput(str(e)) from None
+    except OSError as e:  # e.g. the latency feed's port is taken
+        raise BadInput(f"cannot start node {node_cfg.name}: {e}") from None
+    if node.restored_at_start is not None:
+        r = node.restored_at_start
+        msg = f"restored the node from {node_cfg.state_path}: a previous run did not finish ({r.restored} entries replayed, {r.skipped} gone)"
+        log.warning(msg)
+        print(msg, flush=True)
+    return node
+
+
+class AssumingLinuxNode(LinuxNode):
+    """A LinuxNode for --dry-run: it is never reset (reset applies the start allocation), so once
+    told `assume(allocation)` it takes that allocation as in force for its observations."""
+
+    _assumed: Allocation | None = None
+
+    def assume(self, allocation: Allocation) -> None:
+        self._assumed = allocation
+
+    def current_allocation(self) -> Allocation:
+        try:
+            return super().current_allocation()
+        except RuntimeError:
+            if self._assumed is None:
+                raise
+            return self._assumed
+
+
+def sim_scenario(cfg: ServeConfig, scenario: str | None, interval_s: float | None) -> Any:
+    """The scenario of a --sim rehearsal (--scenario, else the config's `sim.scenario`); BadInput when
+    its platform's interval is not the one asked for."""
+    from env.sim.scenario import load_scenario
+
+    if cfg.sim is None and scenario is None:
+        raise BadInput("--sim: the config has no `sim` section (scenario, speed); add one or pass --scenario")
+    scn = load_scenario(scenario or (cfg.sim.scenario if cfg.sim else "mix3-const"))
+    dt = scn.platform_spec.interval_s
+    if interval_s is not None and abs(interval_s - dt) > 1e-9:
+        raise BadInput(
+            f"--sim: platform {scn.platform!r} of scenario {scn.name!r} simulates {dt * 1e3:g} ms intervals; "
+            f"the interval cannot be {interval_s * 1e3:g} ms (leave --interval-ms out, or use a platform with "
+            "that interval_s)"
+        )
+    return scn
+
+
+# ======================================================================================================
+# Controllers
+# ======================================================================================================
+def check_specs(spec: str, cfg: ServeConfig) -> tuple[str, str | None]:
+    """(controller spec, fallback spec or None), both validated by the registry (ConfigError)."""
+    parse_spec(spec)
+    fb = cfg.fallback.controller if wants_fallback(spec, cfg.fallback) else None
+    if fb is not None:
+        try:
+            parse_spec(fb)
+        except ConfigError as e:
+            raise ConfigError(f"fallback.controller: {e}") from None
+    return spec, fb
+
+
+def build_controller(spec: str, caps: Any, scenario: Any, sim: Any, seed: int, what: str) -> Any:
+    """A controller from the registry, reset once on the node's capabilities so that a checkpoint
+    that does not fit the node fails now, before anything is written."""
+    try:
+        ctl = make_controller(spec, ControllerContext(caps, scenario, sim, seed))
+        ctl.reset(caps, np.random.default_rng(seed))
+    except ConfigError as e:
+        raise BadInput(f"{what} {spec!r}: {e}") from None
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        raise BadInput(
+            f"{what} {spec!r} cannot run on node {caps.node_name!r}: {type(e).__name__}: {e}"
+        ) from None
+    return ctl
+
+
+def apply_overrides(cfg: ServeConfig, opts: ServeOptions) -> ServeConfig:
+    """The serve config with the command line's overrides (interval, duration, metrics, sim)."""
+    if opts.interval_ms is not None and not opts.interval_ms > 0:
+        raise ConfigError(f"--interval-ms {opts.interval_ms}: must be > 0")
+    if opts.duration_s is not None and not opts.duration_s >= 0:
+        raise ConfigError(f"--duration-s {opts.duration_s}: must be >= 0")
+    if opts.speed is not None and not opts.speed >= 0:
+        raise ConfigError(f"--speed {opts.speed}: must be >= 0")
+    changes: dict[str, Any] = {}
+    if opts.interval_ms is not None:
+        changes["interval_s"] = opts.interval_ms / 1e3
+    if opts.duration_s is not None:
+        changes["duration_s"] = opts.duration_s
+    m = cfg.metrics
+    if opts.metrics_port is not None:
+        if not 0 <= opts.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port {opts.metrics_port}: outside 0..65535")
+        m = dataclasses.replace(m, port=opts.metrics_port)
+    if opts.no_metrics:
+        m = dataclasses.replace(m, enabled=False)
+    changes["metrics"] = m
+    if opts.sim and (opts.speed is not None or opts.scenario is not None):
+        s = cfg.sim or SimSection()
+        changes["sim"] = dataclasses.replace(
+            s, speed=s.speed if opts.speed is None else opts.speed, scenario=opts.scenario or s.scenario
+        )
+    return dataclasses.replace(cfg, **changes)
+
+
+def serve(
+    cfg: ServeConfig,
+    opts: ServeOptions,
+    argv: list[str],
+    spec: str,
+    fb_spec: str | None,
+    scenario: Any,
+    node_cfg: LinuxNodeConfig | None,
+    sig: SignalStop,
+) -> int:
+    """Steps 2-4 of the module docstring; the node is closed (restored) on every exit path."""
+    node: Any = None
+    http: MetricsServer | None = None
+    try:
+        try:
+            # 2. the node first (a LinuxNode replays a killed run's journal before anything else)
+            node_seed = None
+            if scenario is not None:
+                sim = cfg.sim
+                node_seed = sim.seed if sim is not None and sim.seed is not None else scenario.seed
+                node = SimNode(scenario, seed=node_seed, clock=SimClock(speed=sim.speed if sim else 1.0))
+            else:
+                assert node_cfg is not None
+                node = start_linux_node(node_cfg, dry_run=opts.dry_run)
+            caps = node.capabilities()
+            # 3. the controllers, checked against the node; the metrics endpoint bound
+            sim_node = node if scenario is not None else None
+            primary = build_controller(spec, caps, scenario, sim_node, cfg.seed, "controller")
+            warning = guard_chain_warning(primary, cfg.guards)
+            if warning is not None:
+                log.warning(warning)
+                print(warning, flush=True)
+            fallback = None
+            if fb_spec is not None:
+                fallback = build_controller(
+                    fb_spec, caps, scenario, sim_node, cfg.seed, "fallback controller"
+                )
+            if cfg.metrics.enabled:
+                http = MetricsServer(cfg.metrics)
+                try:
+                    http.start()
+                except OSError as e:
+                    http = None
+                    raise BadInput(str(e)) from None
+            # 4. the run directory with the resolved config
+            run_dir = make_run_dir(cfg.output.dir, spec, opts.out)
+        except (ConfigError, BadInput) as e:
+            print(f"serve.py: error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        with _log_file(run_dir / "serve.log"):
+            save_resolved_config(
+                run_dir,
+                {
+                    "command": ["serve.py", *argv],
+                    "controller": spec,
+                    "fallback": fb_spec,
+                    "dry_run": opts.dry_run,
+                    "node_kind": "sim" if scenario is not None else "linux",
+                    "serve": cfg.to_dict(),
+                    "node": plain_data(node_cfg)
+                    if node_cfg is not None
+                    else {"scenario": plain_data(scenario), "seed": node_seed},
+                    "capabilities": plain_data(caps),
+                },
+            )
+            log.info("run directory %s", run_dir)
+            if http is not None:
+                print(f"metrics: {http.url}/metrics  health: {http.url}/healthz", flush=True)
+            # ... and only now the first write: the start allocation
+            start = None
+            if scenario is None and not opts.dry_run:
+                log.info("applying the start allocation (fair) and observing one interval")
+                node.reset()
+            elif scenario is None:
+                start = fair_allocation(caps)
+                node.assume(start)
+                log.info("dry run: no writes; the start allocation is taken as in force")
+            error_count = None
+            if scenario is None:
+
+                def error_count() -> int:  # knob writes the LinuxNode could not make (it keeps going)
+                    return sum(v for k, v in node.errors.items() if k != "usage")
+
+            sup = Supervisor(
+                node,
+                primary,
+                config=cfg,
+                guards=build_guards(cfg.guards),
+                fallback=fallback,
+                controller_name=spec,
+                fallback_name=fb_spec,
+                start_allocation=start,
+                sinks=default_sinks(run_dir, cfg.output, console=not opts.quiet),
+                rng=np.random.default_rng(cfg.seed),
+                error_count=error_count,
+                dry_run=opts.dry_run,
+                metrics_server=http,
+            )
+            http = None  # the supervisor stops it
+            sig.attach(sup)
+            mode = "dry run on node" if opts.dry_run else "serving node"
+            fb = f" (fallback {fb_spec})" if fb_spec else ""
+            print(f"{mode} {caps.node_name!r} with {spec}{fb}; run directory {run_dir}", flush=True)
+            summary = sup.run(cfg.duration_s)
+            (run_dir / "summary.json").write_text(
+                json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n"
+            )
+            print(summary.text(), flush=True)
+            return 0
+    except Exception:
+        log.exception("serve.py failed (the node is restored)")
+        return EXIT_ERROR
+    finally:
+        if http is not None:
+            http.stop()
+        if node is not None:
+            try:
+                node.close()
+            except Exception:
+                log.exception("closing the node failed")
+
+
+# ======================================================================================================
+# --bench
+# ======================================================================================================
+def run_bench(cfg: ServeConfig, opts: ServeOptions) -> int:
+    """--bench: the loop's overhead for each comma-separated spec, on the simulated or the real node."""
+    specs = [s.strip() for s in opts.controller.split(",") if s.strip()]
+    if not specs:
+        raise ConfigError("--controller: no spec given")
+    for s in specs:
+        parse_spec(s)
+    if opts.ticks < 1:
+        raise ConfigError("--ticks must be >= 1")
+    results = []
+    if opts.sim:
+        scn = sim_scenario(cfg, opts.scenario, cfg.interval_s)
+        for s in specs:
+            sim = SimNode(scn, seed=scn.seed)  # a SimClock at speed 0: no waiting
+            ctl = build_controller(s, sim.capabilities(), scn, sim, cfg.seed, "controller")
+            results.append(
+                bench_overhead(
+                    sim,
+                    ctl,
+                    pace_s=opts.pace_ms / 1e3,
+                    ticks=opts.ticks,
+                    guards=build_guards(cfg.guards),
+                    config=cfg,
+                    label=f"sim {scn.name} {s}",
+                )
+            )
+    else:
+        from hw.feed import MemoryFeed
+
+        node_cfg = linux_node_config(cfg, cfg.interval_s, opts.dry_run)
+        for s in specs:
+            feed = MemoryFeed()
+            node = start_linux_node(node_cfg, dry_run=opts.dry_run, feed=feed)
+            try:
+                caps = node.capabilities()
+                ctl = build_controller(s, caps, None, None, cfg.seed, "controller")
+                if isinstance(node, AssumingLinuxNode):
+                    node.assume(fair_allocation(caps))
+                else:
+                    node.reset()
+                k = [0]
+
+                def publish(caps: Any = caps, feed: Any = feed, k: list[int] = k) -> None:
+                    k[0] += 1  # synthetic p99: swings between 40% and 160% of the target
+                    for i, a in enumerate(caps.lc_apps):
+                        frac = 1.0 + 0.6 * math.sin(k[0] / 6.0 + i)
+                        feed.publish(a.name, a.qos_target_us * frac, 0.5 * a.max_load_rps, requests=1000)
+
+                def errs(node: Any = node) -> int:
+                    return sum(v for key, v in node.errors.items() if key != "usage")
+
+                label = f"linux {caps.node_name} {s}" + (" (dry run)" if opts.dry_run else "")
+                results.append(
+                    bench_overhead(
+                        node,
+                        ctl,
+                        pace_s=opts.pace_ms / 1e3,
+                        ticks=opts.ticks,
+                        guards=build_guards(cfg.guards),
+                        config=cfg,
+                        before_observe=publish,
+                        error_count=errs,
+                        label=label,
+                    )
+                )
+            finally:
+                node.close()
+    print(bench_text(results))
+    if opts.out:
+        out = Path(opts.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.json").write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {out / 'bench.json'}")
+    return 0
+
+
+def guard_chain_warning(controller: Controller, serving: GuardsConfig) -> str | None:
+    """A line to print when a learned policy is served under another guard chain than it was
+    trained under (recorded in its policy.pt); None when they agree or nothing was recorded."""
+    if not isinstance(controller, RlController):
+        return None
+    trained = controller.policy.meta.guards
+    if trained is None or trained == serving:
+        return None
+
+    def on(g: GuardsConfig) -> str:
+        return ",".join(k for k, v in g.to_dict().items() if v) or "none"
+
+    return (
+        f"warning: the policy was trained under the guard chain [{on(trained)}] and is served under "
+        f"[{on(serving)}]; it may behave differently (set env.guards in training, or guards: here)"
+    )
+
+
+def main(options: ServeOptions) -> int:
+    """Check the config and specs (exit 2 on bad input), then serve (or bench) until done."""
+    try:
+        cfg = apply_overrides(load_serve_config(options.config), options)
+        if options.bench:
+            return run_bench(cfg, options)
+        spec, fb_spec = check_specs(options.controller.strip(), cfg)
+        if options.sim:
+            scenario = sim_scenario(cfg, None, cfg.interval_s)
+            node_cfg = None
+        else:
+            scenario = None
+            node_cfg = linux_node_config(cfg, cfg.interval_s, options.dry_run)
+    except (ConfigError, BadInput) as e:
+        print(f"serve.py: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    with SignalStop() as sig:
+        return serve(cfg, options, list(options.argv), spec, fb_spec, scenario, node_cfg, sig)
