@@ -49,8 +49,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from harness import deploy
 from harness.registry import specs_help
+from harness.serving import deploy
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -189,6 +189,7 @@ class LinuxNode:
         self._owned_feed = feed is None
         self._feed: LatencySource = feed if feed is not None else _open_feed(cfg.feed.url)
         self._alloc: Allocation | None = None
+        self._assumed: Allocation | None = None  # taken as in force until something is applied (assume)
         self._group_cores: dict[int, tuple[int, ...]] = {}  # core group -> physical core indices
         self._prev: dict[str, tuple[float, CgroupUsage | None, float, float]] = {}
         self._last_usage: dict[str, CgroupUsage] = {}
@@ -204,9 +205,19 @@ class LinuxNode:
         return self._caps
 
     def current_allocation(self) -> Allocation:
-        if self._alloc is None:
-            raise RuntimeError("LinuxNode: nothing applied yet; call reset() first")
-        return self._alloc
+        if self._alloc is not None:
+            return self._alloc
+        if self._assumed is not None:
+            return self._assumed
+        raise RuntimeError("LinuxNode: nothing applied yet; call reset() first")
+
+    def assume(self, allocation: Allocation) -> None:
+        """Take `allocation` as in force until something is applied, without writing it: a dry run
+        never resets the node (reset applies the start allocation), yet its observations need an
+        allocation to be measured against. An apply() after it still writes every knob."""
+        self._check_open()
+        validate_allocation(allocation, self._caps)
+        self._assumed = allocation
 
     def reset(self, seed: int | None = None, scenario: Any = None) -> Observation:
         """Apply the initial allocation (PARTIES' fair start by default), let one interval pass and

@@ -1,6 +1,8 @@
 """serve.py: a rehearsal on a SimNode, a dry run, bad input (exit 2, nothing written to the node),
 and SIGTERM / kill -9 of a real serve.py process managing a LinuxNode over a fake kernel tree
-(tests/fakes.py; plain files, so no root needed): the tree must be back as it was."""
+(tests/fakes.py; plain files, so no root needed): the tree must be back as it was. The command line
+itself runs as a subprocess; the rest goes through `harness.serving.deploy.main(ServeOptions)`,
+which is all serve.py calls."""
 
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import serve  # the CLI module: the repository root is on pytest's pythonpath (pyproject.toml)
 from env.loop import read_jsonl
+from harness.serving import deploy
 from hw.procs import find_processes
 from tests import fakes
 
@@ -144,7 +146,12 @@ def start_serve(args: list[str], tmp_path: Path) -> subprocess.Popen:
     )
 
 
-def saved_policy(path: Path, max_apps: int) -> Path:
+def serve(config: Path, controller: str = "parties", **options) -> int:
+    """What `serve.py --config CONFIG --controller SPEC ...` runs (`options`: ServeOptions' fields)."""
+    return deploy.main(deploy.ServeOptions(config=str(config), controller=controller, **options))
+
+
+def saved_policy(path: Path, max_apps: int, guards=None) -> Path:
     import torch
 
     from agents.policy import ColocNet, NetSpec, PolicyMeta, export_policy, feature_layout
@@ -152,18 +159,35 @@ def saved_policy(path: Path, max_apps: int) -> Path:
 
     torch.manual_seed(0)
     spec = NetSpec("single", max_apps, 16)
-    return export_policy(path, ColocNet(spec), PolicyMeta(spec, FeatureConfig(), feature_layout(), "ppo"))
+    meta = PolicyMeta(spec, FeatureConfig(), feature_layout(), "ppo", guards=guards)
+    return export_policy(path, ColocNet(spec), meta)
 
 
 # ---- a rehearsal on the simulator ------------------------------------------------------------------------
-def test_sim_rehearsal_writes_the_resolved_config_decision_log_and_summary(tmp_path, capsys):
+def test_sim_rehearsal_writes_the_resolved_config_decision_log_and_summary(tmp_path):
     cfg = sim_config(tmp_path)
     out = tmp_path / "run"
-    rc = serve.main(
-        ["--config", str(cfg), "--sim", "--controller", "parties", "--duration-s", "3", "--out", str(out)]
+    r = subprocess.run(
+        [
+            PY,
+            str(ROOT / "serve.py"),
+            "--config",
+            str(cfg),
+            "--sim",
+            "--controller",
+            "parties",
+            "--duration-s",
+            "3",
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert rc == 0
-    printed = capsys.readouterr().out
+    assert r.returncode == 0, r.stderr
+    printed = r.stdout
     assert "metrics: http://127.0.0.1:" in printed and "t=    3.0s #6" in printed and "QoS met in" in printed
     resolved = yaml.safe_load((out / "config.yaml").read_text())
     assert (
@@ -185,49 +209,71 @@ def test_learned_controllers_run_under_the_parties_fallback(tmp_path, capsys):
     policy = saved_policy(tmp_path / "policy.pt", max_apps=6)
     cfg = sim_config(tmp_path)
     out = tmp_path / "run"
-    rc = serve.main(
-        [
-            "--config",
-            str(cfg),
-            "--sim",
-            "--controller",
-            f"rl:{policy}",
-            "--duration-s",
-            "1",
-            "--out",
-            str(out),
-            "--quiet",
-        ]
-    )
+    rc = serve(cfg, f"rl:{policy}", sim=True, duration_s=1.0, out=str(out), quiet=True)
     assert rc == 0
     assert yaml.safe_load((out / "config.yaml").read_text())["fallback"] == "parties"
     assert json.loads((out / "summary.json").read_text())["fallback"] == "parties"
+    assert "trained under" not in capsys.readouterr().out  # no guard chain recorded: nothing to say
+
+
+def test_a_policy_trained_under_another_guard_chain_is_served_with_a_warning(tmp_path, capsys, caplog):
+    from env.guards import CooldownConfig, GuardsConfig
+
+    trained = GuardsConfig(cooldown=CooldownConfig(after_violation_s=3.0))  # clamp and cooldown only
+    policy = saved_policy(tmp_path / "policy.pt", max_apps=6, guards=trained)
+    cfg = sim_config(tmp_path)  # the serving chain: every guard
+    rc = serve(cfg, f"rl:{policy}", sim=True, duration_s=1.0, out=str(tmp_path / "run"), quiet=True)
+    assert rc == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if "trained under" in x]
+    assert lines == [
+        "warning: the policy was trained under the guard chain [clamp,cooldown] and is served under "
+        "[clamp,lc_floor,rate_limit,cooldown,emergency] (they differ in: lc_floor,rate_limit,cooldown,"
+        "emergency); it may behave differently (set env.guards in training, or guards: here)"
+    ]
+    assert any(r.levelname == "WARNING" and "trained under" in r.getMessage() for r in caplog.records)
+    # the chain it was trained under: nothing to say
+    same = saved_policy(tmp_path / "same.pt", max_apps=6, guards=GuardsConfig.serving())
+    rc = serve(cfg, f"rl:{same}", sim=True, duration_s=1.0, out=str(tmp_path / "run2"), quiet=True)
+    assert rc == 0 and "trained under" not in capsys.readouterr().out
+
+
+# ---- the command line ---------------------------------------------------------------------------------------
+def test_help_lists_the_controller_specs_and_an_unknown_spec_exits_2(tmp_path):
+    r = subprocess.run([PY, str(ROOT / "serve.py"), "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--dry-run" in r.stdout and "rl:PATH" in r.stdout, r.stderr
+    cfg = sim_config(tmp_path)
+    r = subprocess.run(
+        [PY, str(ROOT / "serve.py"), "--config", str(cfg), "--sim", "--controller", "nope"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "serve.py: error: unknown controller 'nope'" in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 # ---- bad input: exit 2, a clear message, nothing written ----------------------------------------------------
 @pytest.mark.parametrize(
-    ("over", "args", "needle"),
+    ("over", "options", "needle"),
     [
-        ({"bogus": 1}, [], r"bogus: unknown key"),
-        ({"fallback": {"windw_s": 3}}, [], r"fallback.windw_s: unknown key \(did you mean 'window_s'\?\)"),
-        ({}, ["--controller", "partis"], r"unknown controller 'partis' \(did you mean 'parties'\?\)"),
-        ({}, ["--controller", "rl"], r"unknown controller|needs an argument"),
+        ({"bogus": 1}, {}, r"bogus: unknown key"),
+        ({"fallback": {"windw_s": 3}}, {}, r"fallback.windw_s: unknown key \(did you mean 'window_s'\?\)"),
+        ({}, {"controller": "partis"}, r"unknown controller 'partis' \(did you mean 'parties'\?\)"),
+        ({}, {"controller": "rl"}, r"unknown controller|needs an argument"),
         (
             {"fallback": {"controller": "nope", "applies_to": "always"}},
-            [],
+            {},
             r"fallback.controller: unknown controller",
         ),
-        ({"sim": None}, [], r"no `sim` section"),
-        ({}, ["--interval-ms", "250"], r"simulates 500 ms intervals"),
-        ({}, ["--scenario", "no-such-scenario"], r"unknown scenarios 'no-such-scenario'"),
+        ({"sim": None}, {}, r"no `sim` section"),
+        ({}, {"interval_ms": 250.0}, r"simulates 500 ms intervals"),
+        ({}, {"scenario": "no-such-scenario"}, r"unknown scenarios 'no-such-scenario'"),
     ],
 )
-def test_bad_input_exits_2_with_a_message_and_creates_nothing(tmp_path, capsys, over, args, needle):
+def test_bad_input_exits_2_with_a_message_and_creates_nothing(tmp_path, capsys, over, options, needle):
     cfg = sim_config(tmp_path, **over)
-    argv = ["--config", str(cfg), "--sim", "--controller", "parties", "--duration-s", "1", *args]
-    if "--controller" in args:
-        argv = ["--config", str(cfg), "--sim", "--duration-s", "1", *args]
-    rc = serve.main(argv)
+    rc = serve(cfg, **{"controller": "parties", "sim": True, "duration_s": 1.0, **options})
     err = capsys.readouterr().err
     assert rc == 2, err
     assert re.search(needle, err), err
@@ -244,7 +290,7 @@ def test_missing_corrupt_or_mismatched_checkpoint_exits_2(tmp_path, capsys):
         (f"rl:{bad}", "not a readable policy file"),
         (f"rl:{small}", "trained for at most max_apps=1"),
     ):
-        rc = serve.main(["--config", str(cfg), "--sim", "--controller", spec, "--duration-s", "1"])
+        rc = serve(cfg, spec, sim=True, duration_s=1.0)
         err = capsys.readouterr().err
         assert rc == 2 and needle in err, err
     assert not (tmp_path / "runs").exists()
@@ -255,7 +301,7 @@ def test_bad_checkpoint_on_a_linux_node_writes_nothing_to_it(tmp_path, capsys):
     before = snapshot(host)
     bad = tmp_path / "corrupt.pt"
     bad.write_bytes(b"\x00" * 64)
-    rc = serve.main(["--config", str(cfg), "--controller", f"rl:{bad}", "--duration-s", "1"])
+    rc = serve(cfg, f"rl:{bad}", duration_s=1.0)
     assert rc == 2 and "not a readable policy file" in capsys.readouterr().err
     assert changed_files(host, before) == set() and not (tmp_path / "runs").exists()
     assert not journal.exists() or journal.read_text() == ""
@@ -271,7 +317,7 @@ def test_bad_checkpoint_on_a_linux_node_writes_nothing_to_it(tmp_path, capsys):
     ],
 )
 def test_bad_node_input_exits_2_and_writes_nothing(tmp_path, capsys, kind, needle):
-    args = []
+    options = {}
     if kind == "capability":  # the config asks for CAT; this host has no resctrl mounted
         host, cfg, _, _ = fake_linux(
             tmp_path, knobs=("core", "mem", "cache"), cache={"resctrl_root": str(tmp_path / "none")}
@@ -288,12 +334,12 @@ def test_bad_node_input_exits_2_and_writes_nothing(tmp_path, capsys, kind, needl
             {"name": "be", "kind": "be", "cgroup": "coloc/be", "create": True},
         ]
         host, cfg, _, _ = fake_linux(tmp_path, apps=apps)
-        args = ["--dry-run"]
+        options = {"dry_run": True}
     else:
         host, _, _, _ = fake_linux(tmp_path)
         cfg = sim_config(tmp_path)
     before = snapshot(host)
-    rc = serve.main(["--config", str(cfg), "--controller", "parties", "--duration-s", "1", *args])
+    rc = serve(cfg, "parties", duration_s=1.0, **options)
     err = capsys.readouterr().err
     assert rc == 2 and needle in err, err
     assert changed_files(host, before) == set() and not (tmp_path / "runs").exists()
@@ -305,20 +351,7 @@ def test_dry_run_logs_the_writes_it_would_make_and_makes_none(tmp_path, capsys):
     before = snapshot(host)
     out = tmp_path / "dry"
     with Publisher(feed, p99_us=100.0):  # lots of slack: PARTIES wants to downsize mc
-        rc = serve.main(
-            [
-                "--config",
-                str(cfg),
-                "--controller",
-                "parties",
-                "--dry-run",
-                "--duration-s",
-                "2.5",
-                "--out",
-                str(out),
-                "--quiet",
-            ]
-        )
+        rc = serve(cfg, "parties", dry_run=True, duration_s=2.5, out=str(out), quiet=True)
     assert rc == 0
     assert changed_files(host, before) == set()  # not one byte written to the node
     lines = [json.loads(x) for x in (out / "decisions.jsonl").read_text().splitlines()]
@@ -393,20 +426,7 @@ def test_kill_9_then_the_next_start_restores_the_node_before_anything_else(tmp_p
 # ---- --bench ----------------------------------------------------------------------------------------------
 def test_bench_reports_the_overhead_of_each_controller(tmp_path, capsys):
     cfg = sim_config(tmp_path)
-    rc = serve.main(
-        [
-            "--config",
-            str(cfg),
-            "--sim",
-            "--bench",
-            "--controller",
-            "parties,static",
-            "--ticks",
-            "15",
-            "--out",
-            str(tmp_path / "b"),
-        ]
-    )
+    rc = serve(cfg, "parties,static", sim=True, bench=True, ticks=15, out=str(tmp_path / "b"))
     assert rc == 0
     out = capsys.readouterr().out
     assert (
@@ -421,9 +441,29 @@ def test_bench_reports_the_overhead_of_each_controller(tmp_path, capsys):
 def test_bench_on_a_linux_node_restores_it(tmp_path, capsys):
     host, cfg, _, _ = fake_linux(tmp_path)
     before = snapshot(host)
-    rc = serve.main(["--config", str(cfg), "--bench", "--controller", "parties", "--ticks", "10"])
+    rc = serve(cfg, "parties", bench=True, ticks=10)
     assert rc == 0 and "linux fake parties" in capsys.readouterr().out
     assert {f for f in changed_files(host, before) if "/state/" not in f} == set()
+
+
+def test_a_dry_run_bench_on_a_linux_node_writes_nothing(tmp_path, capsys, monkeypatch):
+    from hw.linux_node import LinuxNode
+
+    host, cfg, _, _ = fake_linux(tmp_path)
+    before = snapshot(host)
+    writes = []
+    real_apply = LinuxNode.apply
+
+    def apply(self, allocation):
+        writes.append(allocation)
+        return real_apply(self, allocation)
+
+    monkeypatch.setattr(LinuxNode, "apply", apply)
+    rc = serve(cfg, "parties", bench=True, dry_run=True, ticks=60, pace_ms=0.0, out=str(tmp_path / "b"))
+    assert rc == 0 and "linux fake parties (dry run)" in capsys.readouterr().out
+    assert writes == [] and changed_files(host, before) == set()
+    (r,) = json.loads((tmp_path / "b" / "bench.json").read_text())
+    assert r["ticks"] == 60 and r["applied"] == 0
 
 
 def test_processes_are_found_by_name_with_their_children(tmp_path):
@@ -456,7 +496,7 @@ def test_a_metrics_port_in_use_exits_2_before_the_first_write(tmp_path, capsys):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        rc = serve.main(["--config", str(cfg), "--controller", "parties", "--metrics-port", str(port)])
+        rc = serve(cfg, "parties", metrics_port=port)
     err = capsys.readouterr().err
     assert rc == 2 and f"cannot serve metrics on 127.0.0.1:{port}" in err, err
     assert changed_files(host, before) == set() and not (tmp_path / "runs").exists()

@@ -45,6 +45,7 @@ from harness.serving import (
     FallbackConfig,
     JsonlSink,
     MetricsConfig,
+    NodeWrapper,
     ResilientNode,
     RetryConfig,
     SafeModeConfig,
@@ -572,6 +573,21 @@ def test_dry_run_validates_logs_the_writes_and_writes_nothing():
     )
 
 
+def test_a_node_wrapper_forwards_the_node_protocol_and_any_other_attribute(parties_caps):
+    caps = parties_caps
+    node = ScriptNode(caps, fair_allocation(caps), fakes.ManualClock(3.0))
+    w = NodeWrapper(NodeWrapper(node))  # a stack of wrappers reads like the node
+    assert w.clock is node.clock and w.capabilities() is caps and w.current_allocation() == node.alloc
+    assert w.observe().time_s == 3.0 and w.reset().time_s == 3.0
+    target = squeezed(caps)
+    assert w.apply(target) == target and node.applied == [target] and w.current_allocation() == target
+    assert w.swallowed == 0 and w.script == []  # the inner node's own attributes
+    with pytest.raises(AttributeError):
+        _ = w.no_such_attribute
+    w.close()
+    assert node.closed == 1
+
+
 # ---- stopping ----------------------------------------------------------------------------------------------
 def test_a_stop_request_ends_a_real_clock_wait_at_once():
     clock = StoppableClock(RealClock())
@@ -752,29 +768,12 @@ def test_sim_observe_failure_goes_to_safe_mode():
 
 # ---- fault injection on a LinuxNode over fake trees ---------------------------------------------------------
 def linux_node(tmp_path, **kw):
-    from hw.config import AppTarget, CacheConfig, DiskConfig, LinuxNodeConfig, MemoryConfig
     from hw.linux_node import LinuxNode
 
     host = fakes.make_v1_host(tmp_path)
     clock = fakes.ManualClock()
     feed = fakes.FakeFeed(clock)
-    cfg = LinuxNodeConfig(
-        name="fake",
-        apps=(
-            AppTarget("mc", "lc", qos_target_us=500.0, max_load_rps=10_000.0, cgroup="mc"),
-            AppTarget("be", "be", cgroup="be"),
-        ),
-        knobs=kw.pop("knobs", ("core", "cache", "freq", "mem", "disk")),
-        cgroup_root=str(host.cgroup_root),
-        proc_root=str(host.proc_root),
-        cpu_root=str(host.cpu_root),
-        sys_root=str(tmp_path),
-        state_path=str(tmp_path / "state" / "journal.jsonl"),
-        disk=DiskConfig(device="254:0"),
-        cache=CacheConfig(resctrl_root=str(host.resctrl_root)),
-        memory=MemoryConfig(total_gb=8.0),
-        **kw,
-    )
+    cfg = fakes.linux_config(host, tmp_path, **kw)
     node = LinuxNode(cfg, feed=feed, clock=clock, monotonic=clock, fs=host.fs)
     return node, host, clock, feed
 
@@ -852,6 +851,36 @@ def test_linux_write_errors_are_counted_backed_off_and_recovered(tmp_path):
     kinds = [e.kind for r in recs for e in r.serving.events]
     assert "apply_partial" in kinds and "apply_deferred" in kinds and "apply_recovered" in kinds
     node.close()
+
+
+def test_linux_dry_run_of_a_node_never_reset_observes_it_against_the_assumed_start(tmp_path):
+    node, host, clock, feed = linux_node(tmp_path)
+    caps = node.capabilities()
+    before = snapshot(host)  # started (probed, resolved); nothing applied
+    with pytest.raises(RuntimeError, match="a dry run needs the allocation to take as in force"):
+        DryRunNode(node)  # a LinuxNode never reset has no allocation in force
+    start = fair_allocation(caps)
+    with pytest.raises(AllocationError):
+        node.assume(start.replace_app("mc", cores=999.0))
+    sup = Supervisor(
+        node,
+        PartiesController(),
+        dry_run=True,
+        start_allocation=start,
+        guards=build_guards(GuardsConfig.serving()),
+    )
+    assert node.current_allocation() == start  # told by the dry-run node: taken as in force, not written
+    recs = linux_ticks(sup, clock, feed, 8, p99=100.0)  # lots of slack: PARTIES wants to downsize mc
+    assert all(r.tick.valid and r.serving.dry_run and r.serving.mode == "normal" for r in recs)
+    assert all(r.tick.alloc_of("mc") == start["mc"] for r in recs)
+    writes = [e.message for r in recs for e in r.serving.events if e.kind == "dry_run"]
+    assert writes and all(w.startswith("would write: ") for w in writes)
+    assert sup.summary().would_apply == len(writes) and sup.summary().applied == 0
+    with pytest.raises(RuntimeError, match="never resets"):
+        sup.node.reset()
+    assert snapshot(host) == before  # not one byte written to the (fake) kernel
+    sup.close()
+    assert snapshot(host) == before
 
 
 def test_linux_run_restores_every_file_on_exit(tmp_path):

@@ -1,7 +1,16 @@
 """serve.py's start-up and run (DESIGN §1 use 3): the node, the controllers, the run directory and
 the supervisor, in the order serve.py's --help gives; and `--bench`. The command line fills a
 `ServeOptions`; `main(options)` returns the exit status (0 done or stopped by a signal, 2 bad
-input, 1 an unexpected error after restoring the node)."""
+input, 1 an unexpected error after restoring the node).
+
+Start-up fails fast and writes nothing to the node on bad input: the config and the controller
+specs are checked first; the node is started (a LinuxNode replays the journal a killed run left,
+then probes the host and resolves its apps); the controllers are built and checked against it;
+the metrics endpoint is bound and the run directory gets the resolved config. Only then is the
+start allocation applied - or, in a dry run, taken as in force (`DryRunNode`) - and the loop
+started. A learned policy served under another guard chain than it was trained under is said
+aloud (`guard_chain_warning`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +18,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,23 +33,14 @@ from env.controller import Controller, ControllerContext
 from env.guards import GuardsConfig, build_guards
 from env.node import SimClock
 from env.sim.node import SimNode
-from env.types import Allocation
 from harness.registry import make_controller, parse_spec
-from harness.serving import (
-    MetricsServer,
-    ServeConfig,
-    SignalStop,
-    SimSection,
-    Supervisor,
-    bench_overhead,
-    bench_text,
-    default_sinks,
-    load_serve_config,
-    make_run_dir,
-    save_resolved_config,
-    wants_fallback,
-)
+from harness.serving.bench import run_bench
+from harness.serving.config import ServeConfig, SimSection, load_serve_config, wants_fallback
+from harness.serving.nodes import write_errors
+from harness.serving.sinks import MetricsServer, default_sinks
+from harness.serving.supervisor import SignalStop, Supervisor, make_run_dir, save_resolved_config
 from hw.config import LinuxNodeConfig, load_linux_config
+from hw.feed import LatencySource
 from hw.linux_node import LinuxNode
 from hw.probe import CapabilityError
 from hw.procs import find_processes
@@ -49,6 +48,8 @@ from hw.runner import HwInputError
 from hw.state import JournalBusy
 
 log = logging.getLogger("coloc.serve")
+
+EXIT_ERROR = 1
 
 
 @dataclass(frozen=True)
@@ -85,19 +86,11 @@ def _log_file(path: Path) -> Iterator[None]:
         h.close()
 
 
-EXIT_ERROR = 1
-log = logging.getLogger("coloc.serve")
-
-
 class BadInput(Exception):
     """Invalid input found at start-up: message to print, exit status 2."""
 
 
-# ======================================================================================================
-# Nodes
-# ======================================================================================================
-
-
+# ---- nodes --------------------------------------------------------------------------------------------------
 def linux_node_config(cfg: ServeConfig, interval_s: float | None, dry_run: bool) -> LinuxNodeConfig:
     """The LinuxNode config the serve config names, with its overrides (interval, feed, processes
     found by name); BadInput for what cannot be served. Reads only."""
@@ -151,12 +144,12 @@ def linux_node_config(cfg: ServeConfig, interval_s: float | None, dry_run: bool)
     return node_cfg
 
 
-def start_linux_node(node_cfg: LinuxNodeConfig, *, dry_run: bool, feed: Any = None) -> LinuxNode:
-    """Start the LinuxNode (journal replay first, probe, resolve). BadInput for a missing knob,
-    app, cgroup or process, or a journal held by a live controller."""
-    cls = AssumingLinuxNode if dry_run else LinuxNode
+def start_linux_node(node_cfg: LinuxNodeConfig, *, feed: LatencySource | None = None) -> LinuxNode:
+    """Start the LinuxNode (journal replay first, probe, resolve); nothing else is written (a dry run
+    never resets it). BadInput for a missing knob, app, cgroup or process, or a journal held by a
+    live controller."""
     try:
-        node = cls(node_cfg, feed=feed)
+        node = LinuxNode(node_cfg, feed=feed)
     except (CapabilityError, HwInputError, JournalBusy, ConfigError) as e:
         raise BadInput(str(e)) from None
     except OSError as e:  # e.g. the latency feed's port is taken
@@ -167,24 +160,6 @@ def start_linux_node(node_cfg: LinuxNodeConfig, *, dry_run: bool, feed: Any = No
         log.warning(msg)
         print(msg, flush=True)
     return node
-
-
-class AssumingLinuxNode(LinuxNode):
-    """A LinuxNode for --dry-run: it is never reset (reset applies the start allocation), so once
-    told `assume(allocation)` it takes that allocation as in force for its observations."""
-
-    _assumed: Allocation | None = None
-
-    def assume(self, allocation: Allocation) -> None:
-        self._assumed = allocation
-
-    def current_allocation(self) -> Allocation:
-        try:
-            return super().current_allocation()
-        except RuntimeError:
-            if self._assumed is None:
-                raise
-            return self._assumed
 
 
 def sim_scenario(cfg: ServeConfig, scenario: str | None, interval_s: float | None) -> Any:
@@ -205,9 +180,7 @@ def sim_scenario(cfg: ServeConfig, scenario: str | None, interval_s: float | Non
     return scn
 
 
-# ======================================================================================================
-# Controllers
-# ======================================================================================================
+# ---- controllers --------------------------------------------------------------------------------------------
 def check_specs(spec: str, cfg: ServeConfig) -> tuple[str, str | None]:
     """(controller spec, fallback spec or None), both validated by the registry (ConfigError)."""
     parse_spec(spec)
@@ -274,7 +247,7 @@ def serve(
     node_cfg: LinuxNodeConfig | None,
     sig: SignalStop,
 ) -> int:
-    """Steps 2-4 of the module docstring; the node is closed (restored) on every exit path."""
+    """Steps 2-4 of serve.py's start-up order; the node is closed (restored) on every exit path."""
     node: Any = None
     http: MetricsServer | None = None
     try:
@@ -287,7 +260,7 @@ def serve(
                 node = SimNode(scenario, seed=node_seed, clock=SimClock(speed=sim.speed if sim else 1.0))
             else:
                 assert node_cfg is not None
-                node = start_linux_node(node_cfg, dry_run=opts.dry_run)
+                node = start_linux_node(node_cfg)
             caps = node.capabilities()
             # 3. the controllers, checked against the node; the metrics endpoint bound
             sim_node = node if scenario is not None else None
@@ -338,14 +311,13 @@ def serve(
                 log.info("applying the start allocation (fair) and observing one interval")
                 node.reset()
             elif scenario is None:
-                start = fair_allocation(caps)
-                node.assume(start)
+                start = fair_allocation(caps)  # the dry-run node (Supervisor) takes it as in force
                 log.info("dry run: no writes; the start allocation is taken as in force")
             error_count = None
             if scenario is None:
 
                 def error_count() -> int:  # knob writes the LinuxNode could not make (it keeps going)
-                    return sum(v for k, v in node.errors.items() if k != "usage")
+                    return write_errors(node.errors)
 
             sup = Supervisor(
                 node,
@@ -386,10 +358,8 @@ def serve(
                 log.exception("closing the node failed")
 
 
-# ======================================================================================================
-# --bench
-# ======================================================================================================
-def run_bench(cfg: ServeConfig, opts: ServeOptions) -> int:
+# ---- --bench ------------------------------------------------------------------------------------------------
+def bench(cfg: ServeConfig, opts: ServeOptions) -> int:
     """--bench: the loop's overhead for each comma-separated spec, on the simulated or the real node."""
     specs = [s.strip() for s in opts.controller.split(",") if s.strip()]
     if not specs:
@@ -398,88 +368,48 @@ def run_bench(cfg: ServeConfig, opts: ServeOptions) -> int:
         parse_spec(s)
     if opts.ticks < 1:
         raise ConfigError("--ticks must be >= 1")
-    results = []
+    scenario, start_node = None, None
     if opts.sim:
-        scn = sim_scenario(cfg, opts.scenario, cfg.interval_s)
-        for s in specs:
-            sim = SimNode(scn, seed=scn.seed)  # a SimClock at speed 0: no waiting
-            ctl = build_controller(s, sim.capabilities(), scn, sim, cfg.seed, "controller")
-            results.append(
-                bench_overhead(
-                    sim,
-                    ctl,
-                    pace_s=opts.pace_ms / 1e3,
-                    ticks=opts.ticks,
-                    guards=build_guards(cfg.guards),
-                    config=cfg,
-                    label=f"sim {scn.name} {s}",
-                )
-            )
+        scenario = sim_scenario(cfg, opts.scenario, cfg.interval_s)
     else:
-        from hw.feed import MemoryFeed
-
         node_cfg = linux_node_config(cfg, cfg.interval_s, opts.dry_run)
-        for s in specs:
-            feed = MemoryFeed()
-            node = start_linux_node(node_cfg, dry_run=opts.dry_run, feed=feed)
-            try:
-                caps = node.capabilities()
-                ctl = build_controller(s, caps, None, None, cfg.seed, "controller")
-                if isinstance(node, AssumingLinuxNode):
-                    node.assume(fair_allocation(caps))
-                else:
-                    node.reset()
-                k = [0]
 
-                def publish(caps: Any = caps, feed: Any = feed, k: list[int] = k) -> None:
-                    k[0] += 1  # synthetic p99: swings between 40% and 160% of the target
-                    for i, a in enumerate(caps.lc_apps):
-                        frac = 1.0 + 0.6 * math.sin(k[0] / 6.0 + i)
-                        feed.publish(a.name, a.qos_target_us * frac, 0.5 * a.max_load_rps, requests=1000)
+        def start_node(feed: LatencySource) -> LinuxNode:
+            return start_linux_node(node_cfg, feed=feed)
 
-                def errs(node: Any = node) -> int:
-                    return sum(v for key, v in node.errors.items() if key != "usage")
-
-                label = f"linux {caps.node_name} {s}" + (" (dry run)" if opts.dry_run else "")
-                results.append(
-                    bench_overhead(
-                        node,
-                        ctl,
-                        pace_s=opts.pace_ms / 1e3,
-                        ticks=opts.ticks,
-                        guards=build_guards(cfg.guards),
-                        config=cfg,
-                        before_observe=publish,
-                        error_count=errs,
-                        label=label,
-                    )
-                )
-            finally:
-                node.close()
-    print(bench_text(results))
-    if opts.out:
-        out = Path(opts.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "bench.json").write_text(json.dumps(results, indent=2) + "\n")
-        print(f"wrote {out / 'bench.json'}")
+    run_bench(
+        specs,
+        lambda spec, caps, scn, node: build_controller(spec, caps, scn, node, cfg.seed, "controller"),
+        config=cfg,
+        scenario=scenario,
+        start_node=start_node,
+        ticks=opts.ticks,
+        dry_run=opts.dry_run,
+        pace_s=opts.pace_ms / 1e3,
+        out=Path(opts.out) if opts.out else None,
+    )
     return 0
 
 
 def guard_chain_warning(controller: Controller, serving: GuardsConfig) -> str | None:
     """A line to print when a learned policy is served under another guard chain than it was
-    trained under (recorded in its policy.pt); None when they agree or nothing was recorded."""
+    trained under (recorded in its policy.pt): the guards on in each and the ones that differ
+    (on or off, or their settings); None when they agree or nothing was recorded."""
     if not isinstance(controller, RlController):
         return None
     trained = controller.policy.meta.guards
     if trained is None or trained == serving:
         return None
+    t, s = trained.to_dict(), serving.to_dict()
 
-    def on(g: GuardsConfig) -> str:
-        return ",".join(k for k, v in g.to_dict().items() if v) or "none"
+    def on(g: dict[str, Any]) -> str:
+        return ",".join(k for k, v in g.items() if v) or "none"
 
+    differ = ",".join(k for k in s if t.get(k) != s[k])
     return (
-        f"warning: the policy was trained under the guard chain [{on(trained)}] and is served under "
-        f"[{on(serving)}]; it may behave differently (set env.guards in training, or guards: here)"
+        f"warning: the policy was trained under the guard chain [{on(t)}] and is served under "
+        f"[{on(s)}] (they differ in: {differ}); it may behave differently (set env.guards in "
+        "training, or guards: here)"
     )
 
 
@@ -488,7 +418,7 @@ def main(options: ServeOptions) -> int:
     try:
         cfg = apply_overrides(load_serve_config(options.config), options)
         if options.bench:
-            return run_bench(cfg, options)
+            return bench(cfg, options)
         spec, fb_spec = check_specs(options.controller.strip(), cfg)
         if options.sim:
             scenario = sim_scenario(cfg, None, cfg.interval_s)
