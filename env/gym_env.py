@@ -479,7 +479,7 @@ class NodeEnv(gym.Env):
             assert scenario is not None  # for_simulation() guarantees a scenario or a sampler
             from env.sim.node import SimNode  # the simulator loads numba kernels: import on first use
 
-            self.node = SimNode(scenario, seed=node_seed)
+            self.node = SimNode(scenario, seed=node_seed, histograms=False)  # the policy sees p99s only
             obs = self.node.observe()
         else:
             obs = self.node.reset(node_seed, scenario)

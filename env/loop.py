@@ -38,6 +38,7 @@ import numpy as np
 
 from env.controller import Controller
 from env.guards import GuardChain, clamp_only
+from env.histogram import LatencyHistogram
 from env.node import Clock, Node
 from env.types import AllocationError, AppAlloc, Decision, Observation, QosVerdict
 
@@ -57,6 +58,8 @@ class AppTick(QosVerdict):
     served_rps: float
     dropped_rps: float
     valid: bool = True
+    requests: int = 0  # latency samples of the interval
+    histogram: LatencyHistogram | None = None  # their latencies (None: the node reports none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,8 @@ class TickRecord:
                     "served_rps": _num(a.served_rps),
                     "dropped_rps": _num(a.dropped_rps),
                     "valid": a.valid,
+                    "requests": a.requests,
+                    "histogram": None if a.histogram is None else a.histogram.encode(),
                 }
                 for a in self.apps
             ],
@@ -184,6 +189,8 @@ class TickRecord:
                     served_rps=_unnum(a["served_rps"]),
                     dropped_rps=_unnum(a["dropped_rps"]),
                     valid=bool(a["valid"]),
+                    requests=int(a.get("requests", 0)),
+                    histogram=None if a.get("histogram") is None else LatencyHistogram.decode(a["histogram"]),
                 )
                 for a in d["apps"]
             ),
@@ -266,6 +273,8 @@ def record_of(
                 served_rps=s.served_rps,
                 dropped_rps=s.dropped_rps,
                 valid=s.valid,
+                requests=s.requests,
+                histogram=s.histogram if s.valid else None,
             )
             for s in obs.apps
         ),

@@ -14,11 +14,25 @@ Definitions (PARTIES Sec. 5.1-5.4, Heracles Sec. 5, Q-PRM Sec. 6):
 * **Tardiness**: p99 / target (Q-PRM's QoS tardiness), averaged over the measured samples of all
   apps (and per app).
 * **Violations**: measured intervals in which at least one LC app misses its target.
-* **Sustained** (PARTIES Sec. 5.1): >= 95% of the intervals in the `measure_s` = 60 s after a
-  `warmup_s` = 30 s warm-up meet every target. A run shorter than the window is not sustained,
-  and an invalid interval in the window counts as a miss (a load point is not declared sustained
-  on measurements that were not taken). `unsustained_stop` lets a search stop a run as soon as the
-  verdict is known (same verdict, fewer simulated intervals).
+* **Window tail** (what the papers' load generators report: PARTIES Sec. 3.2 and 5.1 run the
+  clients for one minute and take the p99 of every request): per LC app, the p99 and p99.9 of all
+  requests of the measured window, read off the sum of the intervals' latency histograms
+  (`env.histogram`; exact but for the bucket error, <= 0.39%), the fraction of those requests
+  over the target (`over_target`: requests whose bucket lies above it, the count that decides
+  whether the p99 does) and the goodput (requests within target per second of the window).
+  An interval whose node reports no histogram (a latency feed that sends only a p99) is
+  *approximated*: its latencies are taken as exponential with that p99 (the M/M/1 sojourn time,
+  whose p99 is ln(100) x its mean: Heracles Eq. (1)), weighted by its requests (else its offered
+  load x the interval); `AppWindow.approximated` counts such intervals and `WindowTail.note` says
+  so. An app with no request in the window has no tail (NaN) and misses nothing.
+* **Sustained** (PARTIES Sec. 5.1; `verdict="window"`, the default): after the `warmup_s` = 30 s
+  warm-up, every LC app's p99 over the `measure_s` = 60 s window meets its target (PARTIES: "if a
+  satisfactory allocation in which all apps meet their QoS cannot be found after 1 min", the point
+  fails). The window must be fully covered and every interval in it valid (a load point is not
+  declared sustained on measurements that were not taken). The stricter per-interval rule
+  (`verdict="intervals"`): >= 95% of the window's intervals meet every target, an invalid one
+  counting as a miss. `unsustained_stop` lets a max-load search stop a run as soon as the verdict
+  is known (the same verdict, fewer simulated intervals).
 * **LC EMU** (PARTIES Sec. 5.2.2): the largest aggregate load, i.e. the sum of each app's load as a
   fraction of its max load, that is sustained. Over a set of load points: `lc_emu(points)`. For
   one constant-load run: its aggregate load if sustained, else 0 (`lc_emu_of_run`; None when the
@@ -54,11 +68,19 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from env.loop import TickRecord
+from env.histogram import LatencyHistogram, merge
+from env.loop import AppTick, TickRecord
 
 WARMUP_S = 30.0  # PARTIES Sec. 5.1
 MEASURE_S = 60.0
 SUSTAIN_FRACTION = 0.95
+VERDICTS = ("window", "intervals")  # sustained: the window's p99 (PARTIES Sec. 5.1) / >= 95% of intervals
+TAIL_Q = 0.99
+LN100 = math.log(100.0)
+APPROXIMATION = (
+    "an interval without a histogram is taken as exponential latencies with its p99 "
+    "(M/M/1 sojourn, Heracles Eq. 1), weighted by its requests"
+)
 CONVERGE_INTERVALS = 5
 LOAD_CHANGE_THRESHOLD = 0.05
 _EPS = 1e-9
@@ -138,22 +160,178 @@ def intervals_in(interval_s: float, measure_s: float = MEASURE_S) -> int:
 
 
 def max_misses(interval_s: float, measure_s: float = MEASURE_S, fraction: float = SUSTAIN_FRACTION) -> int:
-    """Most intervals of the window that may miss a target with the load still sustained
-    (6 of 120 for PARTIES' rule). Invalid intervals count as misses here: a point cannot be
-    declared sustained on measurements that were not taken."""
+    """Most intervals of the window that may miss a target with the load still sustained under the
+    per-interval rule (6 of 120 at 500 ms). Invalid intervals count as misses here: a point cannot
+    be declared sustained on measurements that were not taken."""
     n = intervals_in(interval_s, measure_s)
     return n - math.ceil(fraction * n - 1e-9)
 
 
+def _check_verdict(verdict: str) -> None:
+    if verdict not in VERDICTS:
+        raise ValueError(f"unknown verdict {verdict!r}; one of {VERDICTS}")
+
+
+# ---- the window tail ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AppWindow:
+    """One LC app over the measured window (module docstring: window tail)."""
+
+    name: str
+    target_us: float
+    requests: float  # requests of the window (approximated intervals: their requests or offered load)
+    p99_us: float  # NaN when the window holds no request
+    p999_us: float
+    over_target: float  # fraction of the window's requests over the target
+    goodput_rps: float  # requests within target per second of the window
+    approximated: int = 0  # intervals whose tail is approximated (no histogram)
+
+    @property
+    def tail_ratio(self) -> float:
+        """Window p99 / target (NaN without requests)."""
+        return self.p99_us / self.target_us
+
+    @property
+    def meets_qos(self) -> bool:
+        """The window p99 meets the target; an app with no request misses nothing."""
+        return not (self.p99_us > self.target_us)
+
+
+@dataclass(frozen=True)
+class WindowTail:
+    """Every LC app's tail over one measured window, and the window verdict.
+
+    `complete` is false when the run does not cover the window or an interval in it is invalid;
+    `sustained` = complete and every app meets its target over the window (PARTIES Sec. 5.1);
+    `tail_ratio` the largest window p99 / target over the apps (NaN when none has requests);
+    `note` says why the window is incomplete and how it was approximated, if it was."""
+
+    apps: tuple[AppWindow, ...]
+    complete: bool
+    sustained: bool
+    tail_ratio: float
+    intervals: int
+    note: str = ""
+
+
+def _app_window(ticks: Sequence[AppTick], interval_s: float, window_s: float) -> AppWindow:
+    """One app's window tail from its valid ticks of the window (module docstring)."""
+    name, target = ticks[0].name, ticks[0].target_us
+    hist = merge(t.histogram for t in ticks if t.histogram is not None)
+    approx = [t for t in ticks if t.histogram is None]
+    # approximated intervals: exponential latencies with the interval's p99 (mean p99 / ln 100)
+    n_ap = np.array([_approx_requests(t, interval_s) for t in approx])
+    mean_ap = np.array([t.p99_us / LN100 for t in approx])
+    total = hist.count + float(n_ap.sum())
+    if total <= 0:
+        return AppWindow(name, target, 0.0, math.nan, math.nan, 0.0, 0.0, len(approx))
+
+    def above(x_us: float) -> float:  # requests over x
+        return hist.count_above_us(x_us) + float(np.dot(n_ap, np.exp(-x_us / mean_ap)))
+
+    if approx:
+        p99, p999 = (_solve_quantile(above, total, q, hist, mean_ap) for q in (TAIL_Q, 0.999))
+    else:
+        p99, p999 = (float(x) for x in hist.quantiles_us([TAIL_Q, 0.999]))
+    over = above(target)
+    return AppWindow(
+        name=name,
+        target_us=target,
+        requests=total,
+        p99_us=p99,
+        p999_us=p999,
+        over_target=over / total,
+        goodput_rps=(total - over) / window_s if window_s > 0 else math.nan,
+        approximated=len(approx),
+    )
+
+
+def _approx_requests(t: AppTick, interval_s: float) -> float:
+    """The weight of an approximated interval: its requests, else its offered load x interval."""
+    if t.requests > 0:
+        return float(t.requests)
+    return t.load_rps * interval_s if math.isfinite(t.load_rps) and t.load_rps > 0 else 1.0
+
+
+def _solve_quantile(
+    above: Callable[[float], float], total: float, q: float, hist: LatencyHistogram, mean_us: np.ndarray
+) -> float:
+    """Smallest x (us) with at most (1 - q) x total requests above it, by bisection (relative 1e-6)."""
+    allowed = (1.0 - q) * total
+    hi = max(
+        float(mean_us.max() * math.log(total / max(allowed, 1e-300) + 1.0)) if mean_us.size else 0.0, 1.0
+    )
+    if hist.count:
+        hi = max(hi, hist.max_ns / 1000.0 * 1.01)
+    while above(hi) > allowed:
+        hi *= 2.0
+    lo = 0.0
+    while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        if above(mid) > allowed:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def window_tail(
+    records: Sequence[TickRecord], warmup_s: float = WARMUP_S, measure_s: float | None = MEASURE_S
+) -> WindowTail:
+    """The window tail of every LC app over `[warmup_s, warmup_s + measure_s)` (to the end of the
+    run when `measure_s` is None) and the window verdict (module docstring)."""
+    window = measured(records, warmup_s, measure_s)
+    notes = []
+    complete = bool(window)
+    if not window:
+        notes.append("no interval in the window")
+    elif measure_s is not None and len(window) < intervals_in(records[0].interval_s, measure_s):
+        complete = False
+        notes.append(
+            f"the run covers {len(window)} of the window's {intervals_in(records[0].interval_s, measure_s)} intervals"
+        )
+    bad = sum(not r.valid for r in window)
+    if bad:
+        complete = False
+        notes.append(f"{bad} interval(s) of the window were not measured")
+    window_s = sum(r.interval_s for r in window)
+    per_app: dict[str, list[AppTick]] = {}
+    for r in window:
+        for a in r.apps:
+            per_app.setdefault(a.name, [])
+            if a.valid:
+                per_app[a.name].append(a)
+    dt = window[0].interval_s if window else 0.0
+    apps = tuple(_app_window(ts, dt, window_s) for ts in per_app.values() if ts)
+    approx = sum(a.approximated for a in apps)
+    if approx:
+        notes.append(f"{approx} app-interval(s) approximated: {APPROXIMATION}")
+    ratios = [a.tail_ratio for a in apps if math.isfinite(a.tail_ratio)]
+    return WindowTail(
+        apps=apps,
+        complete=complete,
+        sustained=complete and all(a.meets_qos for a in apps),
+        tail_ratio=max(ratios) if ratios else math.nan,
+        intervals=len(window),
+        note="; ".join(notes),
+    )
+
+
+# ---- sustained ------------------------------------------------------------------------------------
 def sustained(
     records: Sequence[TickRecord],
     warmup_s: float = WARMUP_S,
     measure_s: float = MEASURE_S,
     fraction: float = SUSTAIN_FRACTION,
+    verdict: str = "window",
 ) -> bool:
-    """PARTIES' sustained rule (module docstring). The window must be fully covered."""
+    """PARTIES' sustained rule (module docstring), by the window tail or by intervals. The window
+    must be fully covered."""
+    _check_verdict(verdict)
     if not records:
         return False
+    if verdict == "window":
+        return window_tail(records, warmup_s, measure_s).sustained
     window = measured(records, warmup_s, measure_s)
     need = intervals_in(records[0].interval_s, measure_s)
     if len(window) < need:
@@ -167,32 +345,69 @@ def failed_early(
     warmup_s: float = WARMUP_S,
     measure_s: float = MEASURE_S,
     fraction: float = SUSTAIN_FRACTION,
+    verdict: str = "window",
 ) -> bool:
-    """True once the window has more misses than `sustained` allows: the verdict can no longer
-    change, so a max-load search may stop the run (the verdict is identical)."""
-    if not records:
-        return False
-    window = measured(records, warmup_s, measure_s)
-    misses = sum(not r.all_qos_met for r in window)
-    return misses > max_misses(records[0].interval_s, measure_s, fraction)
+    """True once the verdict is "not sustained" whatever the rest of the window brings, so that a
+    max-load search may stop the run (the verdict is identical; `unsustained_stop`)."""
+    stop = unsustained_stop(warmup_s, measure_s, fraction, verdict)
+    return any([stop(r) for r in records])
+
+
+def _allowed_over(n: float) -> float:
+    """Requests of n that may lie above the target with the p99 still meeting it: n - ceil(0.99 n)
+    (the p99 is the value of rank ceil(0.99 n), env.histogram)."""
+    return n - math.ceil(TAIL_Q * n - 1e-9)
 
 
 def unsustained_stop(
-    warmup_s: float = WARMUP_S, measure_s: float = MEASURE_S, fraction: float = SUSTAIN_FRACTION
+    warmup_s: float = WARMUP_S,
+    measure_s: float = MEASURE_S,
+    fraction: float = SUSTAIN_FRACTION,
+    verdict: str = "window",
 ) -> Callable[[TickRecord], bool]:
-    """An incremental `failed_early` for `run_episode(stop_when=...)`: fed the records in order,
-    it turns true at the first record after which the window has more misses than allowed."""
-    misses, limit = 0, -1
+    """An incremental early "not sustained" for `run_episode(stop_when=...)`: fed the records in
+    order, it turns true at the first record after which the verdict can only be "not sustained".
 
-    def stop(rec: TickRecord) -> bool:
+    Intervals: the window has more misses than allowed. Window: an interval of the window was not
+    measured, or some app already has more requests over its target than the window may hold,
+    bounding the requests still to come by Poisson arrivals at the current offered load (expected
+    m, at most m + 6 sqrt(m) + 10: exceeded with probability < 1e-9). For constant-load points (the
+    max-load protocol); an interval without a histogram ends the early verdict (never stops)."""
+    _check_verdict(verdict)
+    misses, limit = 0, -1
+    seen: dict[str, int] = {}
+    over: dict[str, int] = {}
+    blind = False
+    lo, hi = warmup_s - _EPS, warmup_s + measure_s - _EPS
+
+    def stop_intervals(rec: TickRecord) -> bool:
         nonlocal misses, limit
         if limit < 0:
             limit = max_misses(rec.interval_s, measure_s, fraction)
-        if warmup_s - _EPS <= rec.start_s < warmup_s + measure_s - _EPS and not rec.all_qos_met:
+        if lo <= rec.start_s < hi and not rec.all_qos_met:
             misses += 1
         return misses > limit
 
-    return stop
+    def stop_window(rec: TickRecord) -> bool:
+        nonlocal blind
+        if not (lo <= rec.start_s < hi) or blind:
+            return False
+        if not rec.valid:
+            return True
+        left_s = max(warmup_s + measure_s - rec.time_s, 0.0)
+        for a in rec.apps:
+            if a.histogram is None:
+                blind = True
+                return False
+            seen[a.name] = seen.get(a.name, 0) + a.histogram.count
+            over[a.name] = over.get(a.name, 0) + a.histogram.count_above_us(a.target_us)
+            m = max(a.load_rps, 0.0) * left_s if math.isfinite(a.load_rps) else math.inf
+            bound = seen[a.name] + m + 6.0 * math.sqrt(m) + 10.0
+            if math.isfinite(bound) and over[a.name] > _allowed_over(bound):
+                return True
+        return False
+
+    return stop_window if verdict == "window" else stop_intervals
 
 
 def is_constant_load(records: Sequence[TickRecord]) -> bool:
@@ -218,13 +433,14 @@ def lc_emu_of_run(
     warmup_s: float = WARMUP_S,
     measure_s: float | None = MEASURE_S,
     fraction: float = SUSTAIN_FRACTION,
+    verdict: str = "window",
 ) -> float | None:
     """LC EMU of one constant-load run: its aggregate load if sustained, else 0; None if the load
     varies. `measure_s` None measures to the end of the run."""
     if not records or not is_constant_load(records):
         return None
     window_s = measure_s if measure_s is not None else max(r.time_s for r in records) - warmup_s
-    ok = sustained(records, warmup_s, window_s, fraction)
+    ok = sustained(records, warmup_s, window_s, fraction, verdict)
     return records[0].aggregate_load if ok else 0.0
 
 
@@ -330,10 +546,22 @@ class RunSummary:
     mean_tardiness_per_app: dict[str, float]
     violations_per_app: dict[str, int]
     convergence_events: tuple[ConvergenceEvent, ...]
+    window: WindowTail  # from warmup_s to the end of the run (or sustain_measure_s long)
+    verdict: str = "window"  # the sustained rule of lc_emu
 
-    def row(self) -> dict[str, float | int | None]:
+    @property
+    def window_sustained(self) -> bool:
+        return self.window.sustained
+
+    @property
+    def window_tail_ratio(self) -> float:
+        return self.window.tail_ratio
+
+    def row(self) -> dict[str, float | int | bool | None]:
         keys = (
             "qos_guarantee",
+            "window_sustained",
+            "window_tail_ratio",
             "mean_tardiness",
             "lc_emu",
             "emu",
@@ -345,6 +573,23 @@ class RunSummary:
             "decide_ms_p99",
         )
         return {k: _json_num(getattr(self, k)) for k in keys}
+
+    def window_per_app(self) -> dict[str, dict[str, float | None]]:
+        """Per app: window p99 and p99.9 (us), fraction of requests over target, goodput (rps),
+        requests, approximated intervals."""
+        return {
+            a.name: json_safe(
+                {
+                    "p99_us": a.p99_us,
+                    "p999_us": a.p999_us,
+                    "over_target": a.over_target,
+                    "goodput_rps": a.goodput_rps,
+                    "requests": a.requests,
+                    "approximated": a.approximated,
+                }
+            )
+            for a in self.window.apps
+        }
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -375,15 +620,24 @@ def summarize(
     fraction: float = SUSTAIN_FRACTION,
     converge_intervals: int = CONVERGE_INTERVALS,
     load_change_threshold: float = LOAD_CHANGE_THRESHOLD,
+    verdict: str = "window",
 ) -> RunSummary:
-    """All metrics of one run. LC EMU uses the window from `warmup_s` to the end of the run
-    (`sustain_measure_s` None) or the given length."""
+    """All metrics of one run. The window tail and LC EMU use the window from `warmup_s` to the end
+    of the run (`sustain_measure_s` None) or the given length; LC EMU by `verdict`."""
+    _check_verdict(verdict)
     events = convergence(records, converge_intervals, load_change_threshold)
     p50, p99 = decision_time_ms(records)
+    wt = window_tail(records, warmup_s, sustain_measure_s)
+    if not records or not is_constant_load(records):
+        emu_run: float | None = None
+    elif verdict == "window":
+        emu_run = records[0].aggregate_load if wt.sustained else 0.0
+    else:
+        emu_run = lc_emu_of_run(records, warmup_s, sustain_measure_s, fraction, verdict)
     return RunSummary(
         qos_guarantee=qos_guarantee(records, warmup_s),
         mean_tardiness=mean_tardiness(records, warmup_s),
-        lc_emu=lc_emu_of_run(records, warmup_s, sustain_measure_s, fraction),
+        lc_emu=emu_run,
         emu=emu(records, warmup_s),
         be_throughput=be_throughput(records, warmup_s),
         convergence_s=float(np.mean([e.convergence_s for e in events if e.converged]))
@@ -399,4 +653,6 @@ def summarize(
         mean_tardiness_per_app=mean_tardiness_per_app(records, warmup_s),
         violations_per_app=violations_per_app(records, warmup_s),
         convergence_events=tuple(events),
+        window=wt,
+        verdict=verdict,
     )

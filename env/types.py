@@ -33,6 +33,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+if TYPE_CHECKING:
+    from env.histogram import LatencyHistogram
+
 AppKind = Literal["lc", "be"]
 
 
@@ -565,7 +568,9 @@ class AppSample(QosVerdict):
     """One LC app over one interval: its p99 against its target, its load and its usage.
 
     `valid` is false when the latency feed failed (stale or silent): then `p99_us` is NaN and a
-    controller must not treat it as a measurement (DESIGN §3: never a zero).
+    controller must not treat it as a measurement (DESIGN §3: never a zero). `histogram` holds the
+    latencies of the interval's requests (`env.histogram`; a window's tail is read off the sum of
+    its intervals', DESIGN §5); None where the node has no histogram (a feed that sends only p99).
     """
 
     name: str
@@ -578,6 +583,7 @@ class AppSample(QosVerdict):
     requests: int
     usage: Usage
     valid: bool = True
+    histogram: LatencyHistogram | None = None  # the interval's requests; None: the node has none
 
 
 @dataclass(frozen=True, slots=True)

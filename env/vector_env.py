@@ -229,7 +229,8 @@ class NodeVectorEnv(VectorEnv):
         assert len(scenarios) == len(drawn)  # for_simulation(): the planner always draws a scenario
         self._width = self._width_for(scenarios)
         fleet_seed = int(self.np_random.integers(2**63))
-        self.fleet = SimFleet(scenarios, seed=fleet_seed, width=self._width)
+        # training observes p99s only: no latency histograms (env.sim.node)
+        self.fleet = SimFleet(scenarios, seed=fleet_seed, width=self._width, histograms=False)
 
     def _reset_one(self, i: int, scenario: Scenario | None, node_seed: int) -> dict[str, Any]:
         assert self.fleet is not None and scenario is not None

@@ -41,6 +41,7 @@ class RunJob:
     stop_when_unsustained: bool = False  # max-load search: stop once the verdict is known
     warmup_s: float = M.WARMUP_S
     measure_s: float = M.MEASURE_S
+    verdict: str = "window"  # env.metrics.VERDICTS: the sustained rule
 
 
 def controller_rng(seed: int) -> np.random.Generator:
@@ -59,7 +60,11 @@ def execute(job: RunJob) -> list[TickRecord]:
     """Run the job; the records (also written to `job.jsonl` line by line when set)."""
     node, ctrl = build_run(job)
     duration = job.duration_s if job.duration_s is not None else job.scenario.duration_s
-    stop = M.unsustained_stop(job.warmup_s, job.measure_s) if job.stop_when_unsustained else None
+    stop = (
+        M.unsustained_stop(job.warmup_s, job.measure_s, verdict=job.verdict)
+        if job.stop_when_unsustained
+        else None
+    )
     with open(job.jsonl, "w") if job.jsonl else nullcontext() as f:
         return run_episode(
             node,
@@ -75,10 +80,12 @@ def execute(job: RunJob) -> list[TickRecord]:
 def run_summary(job: RunJob) -> dict[str, Any]:
     """Worker of compare/timeline: run and summarise (the compare row plus details)."""
     recs = execute(job)
-    s = M.summarize(recs, job.scenario.warmup_s)
-    row = {"controller": job.controller, "seed": job.seed, **s.row()}
+    s = M.summarize(recs, job.scenario.warmup_s, verdict=job.verdict)
+    row: dict[str, Any] = {"controller": job.controller, "seed": job.seed, **s.row()}
     row["invalid_intervals"] = s.invalid_intervals
     row["qos_guarantee_per_app"] = M.json_safe(s.qos_guarantee_per_app)
+    row["window_per_app"] = s.window_per_app()
+    row["window_note"] = s.window.note
     return row
 
 

@@ -4,7 +4,9 @@ Wire format: one JSON object per line (UTF-8), over UDP (one or more lines per d
 appended to a file:
 
     {"app": "memcached", "t": 1732200000.25, "p99_us": 412.0, "rps": 4980.0,
-     "p50_us": 95.0, "p999_us": 1310.0, "requests": 2490}
+     "p50_us": 95.0, "p999_us": 1310.0, "requests": 2490,
+     "histogram": "HISTFAAAAC54nJNpmSzMwMDAzwABTFCaEUQwT25nsP8AETjOKHKUUWQmkGQWOcgiAgCicAe+",
+     "histogram_unit": "us"}
 
 | key        | required | meaning                                                                  |
 |------------|----------|--------------------------------------------------------------------------|
@@ -15,11 +17,16 @@ appended to a file:
 | `p50_us`   | no       | median latency, us, > 0                                                  |
 | `p999_us`  | no       | p99.9 latency, us, > 0                                                   |
 | `requests` | no       | how many latency samples the quantiles come from (integer >= 0)          |
+| `histogram`| no       | the interval's latencies: HdrHistogram's encoded form ("HISTF...", the V2 compressed base64 of wrk2 and the HdrHistogram interval logs) |
+| `histogram_unit` | no | the unit of the histogram's values: "ns", "us" (default, wrk2's), "ms" or "s" |
 
 Other keys are ignored (room for extensions). A line that is not such an object (bad JSON, a
-missing or mistyped key, a latency <= 0, NaN) is counted in `malformed` and skipped: a broken
-writer makes the feed go silent, and a silent feed becomes an invalid sample for its consumer,
-never a zero latency.
+missing or mistyped key, a latency <= 0, NaN, a histogram that does not decode, a `requests` that
+differs from the histogram's count) is counted in `malformed` and skipped: a broken writer makes
+the feed go silent, and a silent feed becomes an invalid sample for its consumer, never a zero
+latency. Without `histogram` a reading still works: the consumer has the interval's p99 only, and
+window metrics approximate that interval (`env.metrics`, "window tail"); with it, `requests`
+defaults to the histogram's count.
 
 `LatencyReading.t_s` is when the reading reached the reader, on the reader's monotonic clock, so
 the consumer can judge freshness (the LinuxNode treats readings older than two intervals as
@@ -49,6 +56,8 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 from urllib.parse import urlsplit
 
+from env.histogram import UNIT_NS, LatencyHistogram
+
 MonotonicClock = Callable[[], float]
 WallClock = Callable[[], float]
 MAX_DATAGRAM_BYTES = 65507
@@ -65,6 +74,7 @@ class LatencyReading:
     p50_us: float = math.nan
     p999_us: float = math.nan
     requests: int = 0
+    histogram: LatencyHistogram | None = None  # the interval's latencies, when the writer sent them
 
 
 class LatencySource(Protocol):
@@ -85,6 +95,7 @@ class LatencyPublisher(Protocol):
         p50_us: float = math.nan,
         p999_us: float = math.nan,
         requests: int = 0,
+        histogram: LatencyHistogram | None = None,
     ) -> None: ...
 
 
@@ -111,8 +122,10 @@ def encode_line(
     p50_us: float = math.nan,
     p999_us: float = math.nan,
     requests: int = 0,
+    histogram: LatencyHistogram | None = None,
 ) -> bytes:
-    """One wire-format line (with its newline). Optional values that are NaN are left out.
+    """One wire-format line (with its newline). Optional values that are NaN (or None) are left
+    out; a histogram goes in HdrHistogram's encoded form with values in ns.
 
     Raises FeedFormatError for values a reader would reject, so a writer finds its bug at once.
     """
@@ -123,6 +136,9 @@ def encode_line(
         obj["p999_us"] = p999_us
     if requests:
         obj["requests"] = requests
+    if histogram is not None:
+        obj["histogram"] = histogram.encode()
+        obj["histogram_unit"] = "ns"
     line = json.dumps(obj, allow_nan=True, separators=(",", ":"))
     _validate(obj, line)
     return line.encode() + b"\n"
@@ -139,7 +155,26 @@ def _number(obj: dict, key: str, line: str, *, positive: bool) -> float:
     return v
 
 
-def _validate(obj: object, line: str) -> tuple[str, float, float, float, float, float, int]:
+def _histogram(obj: dict, line: str) -> LatencyHistogram | None:
+    text = obj.get("histogram")
+    if text is None:
+        return None
+    unit = obj.get("histogram_unit", "us")
+    if unit not in UNIT_NS:
+        raise FeedFormatError(
+            f"histogram_unit must be one of {sorted(UNIT_NS)}, got {unit!r} in {line[:200]!r}"
+        )
+    if not isinstance(text, str):
+        raise FeedFormatError(f"histogram must be a string (HdrHistogram's encoded form) in {line[:200]!r}")
+    try:
+        return LatencyHistogram.decode(text, unit)
+    except ValueError as e:
+        raise FeedFormatError(f"histogram: {e} in {line[:200]!r}") from None
+
+
+def _validate(
+    obj: object, line: str
+) -> tuple[str, float, float, float, float, float, int, LatencyHistogram | None]:
     if not isinstance(obj, dict):
         raise FeedFormatError(f"expected a JSON object, got {type(obj).__name__} in {line[:200]!r}")
     missing = [k for k in ("app", "t", "p99_us", "rps") if k not in obj]
@@ -156,7 +191,14 @@ def _validate(obj: object, line: str) -> tuple[str, float, float, float, float, 
     requests = obj.get("requests", 0)
     if isinstance(requests, bool) or not isinstance(requests, int) or requests < 0:
         raise FeedFormatError(f"requests must be an integer >= 0, got {requests!r} in {line[:200]!r}")
-    return app, t, p99, rps, p50, p999, requests
+    hist = _histogram(obj, line)
+    if hist is not None:
+        if "requests" in obj and requests != hist.count:
+            raise FeedFormatError(
+                f"requests ({requests}) differs from the histogram's count ({hist.count}) in {line[:200]!r}"
+            )
+        requests = hist.count
+    return app, t, p99, rps, p50, p999, requests, hist
 
 
 def parse_line(line: str | bytes, t_s: float) -> tuple[LatencyReading, float]:
@@ -177,8 +219,8 @@ def parse_line(line: str | bytes, t_s: float) -> tuple[LatencyReading, float]:
         obj = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
         raise FeedFormatError(f"not JSON ({e}) in {text[:200]!r}") from None
-    app, t, p99, rps, p50, p999, requests = _validate(obj, text)
-    return LatencyReading(app, t_s, p99, rps, p50, p999, requests), t
+    app, t, p99, rps, p50, p999, requests, hist = _validate(obj, text)
+    return LatencyReading(app, t_s, p99, rps, p50, p999, requests, hist), t
 
 
 # -- readers -----------------------------------------------------------------------------------
@@ -482,8 +524,11 @@ class MemoryFeed:
         p50_us: float = math.nan,
         p999_us: float = math.nan,
         requests: int = 0,
+        histogram: LatencyHistogram | None = None,
     ) -> None:
-        line = encode_line(app, p99_us, rps, t=0.0, p50_us=p50_us, p999_us=p999_us, requests=requests)
+        line = encode_line(
+            app, p99_us, rps, t=0.0, p50_us=p50_us, p999_us=p999_us, requests=requests, histogram=histogram
+        )
         reading, _ = parse_line(line, self._clock())  # same validation as the wire
         self._store.put(reading)
 
@@ -522,9 +567,17 @@ class _LinePublisher(abc.ABC):
         p50_us: float = math.nan,
         p999_us: float = math.nan,
         requests: int = 0,
+        histogram: LatencyHistogram | None = None,
     ) -> None:
         line = encode_line(
-            app, p99_us, rps, t=self._wall(), p50_us=p50_us, p999_us=p999_us, requests=requests
+            app,
+            p99_us,
+            rps,
+            t=self._wall(),
+            p50_us=p50_us,
+            p999_us=p999_us,
+            requests=requests,
+            histogram=histogram,
         )
         try:
             self._send(line)

@@ -19,7 +19,10 @@ container that vanished) keeps that knob's last good value, is counted in `error
 
 `observe()`: each LC app's sample comes from the feed's latest reading; a reading older than
 `feed.stale_intervals` intervals, or none, makes the sample invalid (p99 and load NaN, never zero)
-and sets `Observation.stale_s`. Usage comes from the apps' cgroups (CPU time, memory, I/O; PSI is
+and sets `Observation.stale_s`. The reading's latency histogram, when the writer sent one (the
+load generator does), goes into the sample once: a reading observed again (the writer has not
+reported a newer interval) keeps its p99 but no histogram, so its requests are not counted twice
+in a window's tail. Usage comes from the apps' cgroups (CPU time, memory, I/O; PSI is
 kept in `usage_of`), resctrl monitoring (LLC occupancy, memory bandwidth), cpufreq (achieved
 frequency) and tc (bytes sent). BE throughput is the CPU time the BE job got, as a fraction of the
 whole managed node's CPU time (a proxy for "progress normalised to the job alone").
@@ -59,7 +62,7 @@ from hw.config import AppTarget, LinuxNodeConfig, load_linux_config
 from hw.containers import ContainerInfo, Docker, connect
 from hw.containers import restore_handler as docker_restore
 from hw.cpufreq import CpuFreq
-from hw.feed import LatencySource
+from hw.feed import LatencyReading, LatencySource
 from hw.probe import ProbeResult, capabilities, check, probe
 from hw.resctrl import Resctrl
 from hw.runner import CommandError, HwError, HwInputError, KnobError, Runner, Sysfs
@@ -192,6 +195,7 @@ class LinuxNode:
         self._assumed: Allocation | None = None  # taken as in force until something is applied (assume)
         self._group_cores: dict[int, tuple[int, ...]] = {}  # core group -> physical core indices
         self._prev: dict[str, tuple[float, CgroupUsage | None, float, float]] = {}
+        self._last_reading: dict[str, LatencyReading] = {}  # per LC app: the reading last observed
         self._last_usage: dict[str, CgroupUsage] = {}
         self._t_start = self._mono()
         self._last_obs_mono: float | None = None
@@ -594,6 +598,9 @@ class LinuxNode:
                 stale = max(stale, age)
             valid = fresh and ok[spec.name]
             rps = r.rps if fresh and r is not None else math.nan
+            new = r is not None and self._last_reading.get(spec.name) is not r
+            if r is not None:
+                self._last_reading[spec.name] = r
             samples.append(
                 AppSample(
                     name=spec.name,
@@ -606,6 +613,7 @@ class LinuxNode:
                     requests=r.requests if fresh and r is not None else 0,
                     usage=usages[spec.name],
                     valid=valid,
+                    histogram=r.histogram if fresh and new and r is not None else None,
                 )
             )
         bes = []

@@ -14,7 +14,7 @@ latency histogram at `timeout_s`, a lower bound of its latency, so an overloaded
 rises instead of vanishing. A late response to a dropped request is discarded (`late`).
 
 Every interval (500 ms by default) the generator summarises: p50/p99/p99.9 from a log-linear
-histogram (`hw.histogram`, <= 1% error), rps scheduled/sent/completed, errors and timeouts, and its
+histogram (`env.histogram`, <= 0.4% error), rps scheduled/sent/completed, errors and timeouts, and its
 own *schedule lag* (how late it sent compared with the schedule). The interval goes to a callback
 and to feed publishers (`hw.feed`: UDP, a JSONL file, or in-process), which is how the LinuxNode
 sees the app's latency; the feed's `rps` is the offered rate (arrivals scheduled in the interval,
@@ -59,7 +59,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -68,9 +68,9 @@ import numpy as np
 import yaml
 
 from env.config import EXIT_BAD_INPUT, ConfigError
+from env.histogram import HistogramRecorder, LatencyHistogram, LatencySummary
 from env.sim.traces import Constant, Trace, TraceSpec, parse_trace
 from hw.feed import LatencyPublisher, publisher_from_url
-from hw.histogram import LatencyHistogram, LatencySummary
 
 log = logging.getLogger(__name__)
 
@@ -471,6 +471,7 @@ class IntervalStats:
     pending: int
     inflight: int
     connections_up: int
+    histogram: LatencyHistogram | None = field(default=None, repr=False, compare=False)  # the latencies
 
     @property
     def sent_rps(self) -> float:
@@ -489,8 +490,9 @@ class IntervalStats:
         return self.timeouts
 
     def to_json(self) -> dict:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "histogram"}
         d.update(sent_rps=self.sent_rps, completed_rps=self.completed_rps, scheduled_rps=self.scheduled_rps)
+        d["histogram"] = None if self.histogram is None else self.histogram.encode()
         return d
 
 
@@ -523,10 +525,14 @@ class RunSummary:
         return self.sent / self.duration_s if self.duration_s > 0 else 0.0
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d.pop("intervals")
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "intervals"}
+        d.update(latency=_plain(self.latency), lag=_plain(self.lag))
         d.update(completed_rps=self.completed_rps, sent_rps=self.sent_rps, n_intervals=len(self.intervals))
         return d
+
+
+def _plain(summary: LatencySummary | None) -> dict | None:
+    return None if summary is None else asdict(summary)
 
 
 # -- the engine --------------------------------------------------------------------------------
@@ -638,10 +644,10 @@ class LoadGenerator:
         self._running = False
         self._tasks: list[asyncio.Task] = []
         # interval counters
-        self._hist = LatencyHistogram()
-        self._lag = LatencyHistogram()
-        self._total = LatencyHistogram()
-        self._total_lag = LatencyHistogram()
+        self._hist = HistogramRecorder()
+        self._lag = HistogramRecorder()
+        self._total = HistogramRecorder()
+        self._total_lag = HistogramRecorder()
         self._c = dict.fromkeys(("scheduled", "sent", "completed", "errors", "timeouts", "misses"), 0)
         self._totals = dict.fromkeys(("scheduled", "sent", "completed", "errors", "timeouts", "misses"), 0)
         self.late = 0
@@ -667,8 +673,8 @@ class LoadGenerator:
             return tuple(self._intervals)
 
     def total_histogram(self) -> LatencyHistogram:
-        """A copy of the whole run's latency histogram (the completed intervals)."""
-        return self._total.copy()
+        """The whole run's latency histogram (the completed intervals)."""
+        return self._total.snapshot()
 
     async def run(self) -> RunSummary:
         """Connect, warm up, send until `duration_s` or `request_stop()`, drain, summarise.
@@ -1022,12 +1028,13 @@ class LoadGenerator:
         c = dict(self._c)
         for k in self._c:  # reset in place: the sender holds a reference to the dict
             self._c[k] = 0
-        hist, lag = self._hist, self._lag
-        self._hist, self._lag = LatencyHistogram(), LatencyHistogram()
+        hist, lag = self._hist.snapshot(), self._lag.snapshot()
+        self._hist.reset()
+        self._lag.reset()
         for k, v in c.items():
             self._totals[k] += v
-        self._total.merge(hist)
-        self._total_lag.merge(lag)
+        self._total.add(hist)
+        self._total_lag.add(lag)
         s, ls = hist.summary(), lag.summary()
         mid_s = start - self._t0 + dur / 2
         conns = [x for x in self._conns if x is not None and x.up]
@@ -1055,6 +1062,7 @@ class LoadGenerator:
             pending=len(self._pending),
             inflight=sum(len(x.fifo) for x in conns),
             connections_up=len(conns),
+            histogram=hist,
         )
         self._interval_index += 1
         if st.behind_schedule:
@@ -1083,6 +1091,7 @@ class LoadGenerator:
                         p50_us=math.nan if st.p50_us is None else st.p50_us,
                         p999_us=math.nan if st.p999_us is None else st.p999_us,
                         requests=st.samples,
+                        histogram=st.histogram,
                     )
                 except Exception as e:
                     self.publish_errors += 1

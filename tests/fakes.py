@@ -6,7 +6,6 @@ injects errno faults (EBUSY, EACCES, ENOSPC, ENOENT) on chosen paths."""
 from __future__ import annotations
 
 import errno
-import math
 import os
 import shutil
 from contextlib import ExitStack
@@ -15,7 +14,11 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from env.controller import BaseController
+from env.histogram import LatencyHistogram
+from env.types import Decision, Observation
 from hw.config import AppTarget, CacheConfig, DiskConfig, LinuxNodeConfig, MemoryConfig
+from hw.feed import LatencyReading
 from hw.runner import Sysfs
 
 V1_UNLIMITED = "9223372036854771712"
@@ -363,31 +366,36 @@ def make_v2_host(base: Path, apps=("mc", "be")) -> FakeHost:
     return host
 
 
-@dataclass(frozen=True)
-class Reading:
-    """Same fields as hw.feed.LatencyReading (the test fake of the feed)."""
-
-    app: str
-    t_s: float
-    p99_us: float
-    rps: float
-    p50_us: float = math.nan
-    p999_us: float = math.nan
-    requests: int = 0
-
-
 class FakeFeed:
     """A `LatencySource`: readings set by the test, stamped with the test's monotonic clock."""
 
     def __init__(self, clock) -> None:
         self.clock = clock
-        self.readings: dict[str, Reading] = {}
+        self.readings: dict[str, LatencyReading] = {}
 
-    def put(self, app: str, p99_us: float, rps: float, requests: int = 100) -> None:
-        self.readings[app] = Reading(app, self.clock(), p99_us, rps, requests=requests)
+    def put(
+        self,
+        app: str,
+        p99_us: float,
+        rps: float,
+        requests: int = 100,
+        histogram: LatencyHistogram | None = None,
+    ) -> None:
+        self.readings[app] = LatencyReading(
+            app, self.clock(), p99_us, rps, requests=requests, histogram=histogram
+        )
 
     def latest(self, app: str):
         return self.readings.get(app)
+
+
+class HoldController(BaseController):
+    """Keeps whatever allocation is in force (the node's start), every tick."""
+
+    name = "hold"
+
+    def _decide(self, observation: Observation) -> Decision:
+        return Decision.hold()
 
 
 class ManualClock:

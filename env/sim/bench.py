@@ -3,7 +3,10 @@
 Writes `DIR/bench.json` with
 
 * `sim_steps_per_s`: one 3-app node (memcached, xapian, nginx + the BE job) through the Python
-  API: `SimNode.step()` = one interval of physics plus the `Observation` it returns. Goal >= 20,000.
+  API: `SimNode.step()` = one interval of physics plus the `Observation` it returns, as the Gym
+  env steps it (no latency histograms). Goal >= 20,000.
+* `sim_steps_with_histograms_per_s`: the same with each app's latency histogram drawn, as
+  evaluation runs it (`env.sim.engine.interval_histogram`), for transparency.
 * `sim_batched_app_steps_per_s`: the batched simulator (`SimBatch.step` with its shared generator:
   arrival and p99 sampling plus the kernel) over `--batch` 3-app nodes, counted in LC
   app-intervals per second. Goal >= 1,000,000.
@@ -53,14 +56,16 @@ def run(repeats: int = 5, batch: int = 4096) -> dict:
     except (AttributeError, OSError):
         pinned = False
     scn = simple_scenario(MIX, duration_s=1e6, warmup_s=0)
-    node = SimNode(scn, seed=0)
+    node = SimNode(scn, seed=0, histograms=False)
     steps = _rate(node.step, 2000, repeats)
+    hist_node = SimNode(scn, seed=0)
+    hist_steps = _rate(hist_node.step, 1000, repeats)
 
-    fleet_small = SimFleet([scn] * 64, seed=0)
+    fleet_small = SimFleet([scn] * 64, seed=0, histograms=False)
     fleet_rate = _rate(lambda: fleet_small.step(), 20, repeats) * 64
 
     # the batched simulator for large batches: one shared generator, one kernel call per interval
-    fleet = SimFleet([scn] * batch, seed=1)
+    fleet = SimFleet([scn] * batch, seed=1, histograms=False)
     sim = fleet.batch
     sim.rngs = None  # per-node streams are for small batches (exact agreement with SimNode)
     for nd in fleet.nodes:
@@ -69,6 +74,7 @@ def run(repeats: int = 5, batch: int = 4096) -> dict:
     batched = _rate(lambda: sim.step(empty_u=0.99), 10, repeats) * n_lc
     return {
         "sim_steps_per_s": round(steps),
+        "sim_steps_with_histograms_per_s": round(hist_steps),
         "sim_batched_app_steps_per_s": round(batched),
         "fleet_node_steps_per_s": round(fleet_rate),
         "batched_nodes": batch,

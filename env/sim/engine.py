@@ -19,6 +19,7 @@ from functools import cache
 import numpy as np
 from scipy.special import betainc
 
+from env.histogram import N_BUCKETS, LatencyHistogram, bucket_lower_ns, bucket_mid_ns, bucket_width_ns
 from env.sim import model as M
 from env.sim.platform import Platform, load_platform
 from env.sim.profiles import BatchProfile, LcProfile, ThreadClass, load_profile
@@ -478,3 +479,38 @@ def _draw(rng: np.random.Generator, mean: np.ndarray) -> tuple[np.ndarray, np.nd
     n = rng.poisson(mean).astype(float)
     k = np.ceil(P99 * n)
     return n, rng.beta(np.maximum(k, 1.0), np.maximum(n - k + 1.0, 1.0))
+
+
+# ---- an interval's latency histogram ------------------------------------------------------------
+_EDGE_MASS = 0.05  # expected requests lumped into each end bucket (beyond the range evaluated)
+_BUCKETS = np.arange(N_BUCKETS)
+_EDGES_S = bucket_lower_ns(_BUCKETS) * 1e-9
+_MIDS_NS = bucket_mid_ns(_BUCKETS)
+_UPPER_NS = (bucket_lower_ns(_BUCKETS) + bucket_width_ns(_BUCKETS) - 1).astype(float)
+
+
+def interval_histogram(d: np.ndarray, n_requests: int, rng: np.random.Generator) -> LatencyHistogram:
+    """The latencies of the `n_requests` requests an LC app saw in one interval, as a histogram
+    (`env.histogram`): the `dropped` ones at the timeout (what a load generator records for them),
+    the rest drawn from the interval's distribution (`dist` row `d`, env.sim.model D_*): bucket
+    probabilities are differences of P(latency > x) at the bucket edges (`model.dist_bucket_probs`),
+    the counts one multinomial draw. Buckets are evaluated between the latencies exceeded with
+    probability 1 - e and e, e = 0.05 / n (at most 1e-4); the mass beyond goes to the end buckets."""
+    n = int(n_requests)
+    if n <= 0 or d[M.D_N] < 0.5:
+        return LatencyHistogram.empty()
+    n_drop = min(n, round(float(d[M.D_DROPPED])))
+    n_ok = n - n_drop
+    e = min(_EDGE_MASS / max(n_ok, 1), 1e-4)
+    lo, counts = M.interval_counts(d, n_ok, n_drop, _EDGES_S, e, _PROBS, rng.integers(1 << 32))
+    hi = lo + counts.size
+    return LatencyHistogram.trusted(
+        lo,
+        counts,
+        sum_ns=float(counts @ _MIDS_NS[lo:hi]),
+        min_ns=float(_EDGES_S[lo] * 1e9),
+        max_ns=float(_UPPER_NS[hi - 1]),
+    )
+
+
+_PROBS = np.empty(N_BUCKETS)  # scratch for model.dist_bucket_probs (single-threaded use)

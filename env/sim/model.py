@@ -182,6 +182,21 @@ N_LINKU = 4
 N_FTURBO = 5
 NNO = 6
 
+# ---- an LC app's latency distribution over the interval ----------------------------------------
+# P(latency > x) = _tail_total(x - shift, coef, rate, n, fb, wa, wb) for the requests served;
+# `dropped` requests time out (latency `timeout`, the value a load generator records for them).
+MAXT = 8  # terms of the sum of exponentials
+D_N = 0
+D_COEF = 1
+D_RATE = D_COEF + MAXT
+D_FB = D_RATE + MAXT
+D_WA = D_FB + 1
+D_WB = D_WA + 1
+D_SHIFT = D_WB + 1
+D_DROPPED = D_SHIFT + 1  # requests
+D_TIMEOUT = D_DROPPED + 1  # s
+ND = D_TIMEOUT + 1
+
 LINE_MB = 64e-6
 PAGE_GB = 4096 / 1e9
 LN100 = math.log(100.0)
@@ -467,11 +482,11 @@ def _greedy_share(demand, weight, capacity, w, cap_w, scratch, out, m, active):
 
 
 @njit(cache=True)
-def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
+def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
     """Advance every node one interval; see the module docstring. Arrays:
     plat (B, NPL), prm (B, W, NP), alloc (B, W, NA), state (B, W, NS) updated in place,
     arrivals (B, W) requests this interval, usample (B, W) order-statistic CDF value (NaN: none),
-    out (B, W, NO) and nout (B, NNO) written."""
+    out (B, W, NO), nout (B, NNO) and dist (B, W, ND: each LC app's latency distribution) written."""
     nb, nw = prm.shape[0], prm.shape[1]
     busy = np.zeros(nw)
     speed = np.ones(nw)  # per-hardware-thread speed (SMT)
@@ -487,8 +502,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
     tmp = np.zeros(nw)
     tmp2 = np.zeros(nw)
     tmp3 = np.zeros(nw)
-    coef = np.zeros(8)
-    rt = np.zeros(8)
+    coef = np.zeros(MAXT)
+    rt = np.zeros(MAXT)
     disk_dem = np.zeros(nw)
     ones = np.ones(nw)
     scratch = np.zeros(nw)
@@ -840,6 +855,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
             o = out[b, w]
             for j in range(NO):
                 o[j] = 0.0
+            dist[b, w, D_N] = 0.0
             if p[P_ACTIVE] < 0.5:
                 o[O_P99] = math.nan
                 continue
@@ -962,6 +978,17 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout):
                 q1 = 0.0
             state[b, w, S_Q] = q1
             shift = p[P_BASE_S] + congest + det / mu
+            d = dist[b, w]
+            d[D_N] = nt
+            for j in range(nt):
+                d[D_COEF + j] = coef[j]
+                d[D_RATE + j] = rt[j]
+            d[D_FB] = fb
+            d[D_WA] = wa
+            d[D_WB] = wb
+            d[D_SHIFT] = shift
+            d[D_DROPPED] = dropped
+            d[D_TIMEOUT] = p[P_TIMEOUT_S] + shift
             o[O_TAIL_T] = _tail_total(p[P_QOS_S] - shift, coef, rt, nt, fb, wa, wb)
             u = usample[b, w]
             n_req = arrivals[b, w]
@@ -1007,7 +1034,7 @@ def rate_sum_demand(dem, n):
     return s
 
 
-KERNEL_ARGS = ("plat", "prm", "alloc", "state", "arrivals", "usample", "out", "nout")
+KERNEL_ARGS = ("plat", "prm", "alloc", "state", "arrivals", "usample", "out", "nout", "dist")
 
 
 def step_arrays(arr: dict[str, np.ndarray], steps: int = 1) -> None:
@@ -1028,4 +1055,149 @@ def new_arrays(nb: int, nw: int) -> dict[str, np.ndarray]:
         "usample": np.full((nb, nw), np.nan),
         "out": np.zeros((nb, nw, NO)),
         "nout": np.zeros((nb, NNO)),
+        "dist": np.zeros((nb, nw, ND)),
     }
+
+
+# ---- an interval's latency distribution, read back ---------------------------------------------
+@njit(cache=True)
+def dist_tail(d, x):
+    """P(latency > x) (x in s) for the served requests of a `dist` row (see D_*)."""
+    n = int(d[D_N])
+    return _tail_total(
+        x - d[D_SHIFT], d[D_COEF : D_COEF + n], d[D_RATE : D_RATE + n], n, d[D_FB], d[D_WA], d[D_WB]
+    )
+
+
+@njit(cache=True)
+def dist_quantile(d, p):
+    """The latency (s) exceeded with probability p by the served requests of a `dist` row."""
+    n = int(d[D_N])
+    coef = d[D_COEF : D_COEF + n]
+    rate = d[D_RATE : D_RATE + n]
+    return d[D_SHIFT] + _quantile(p, coef, rate, n, d[D_FB], d[D_WA], d[D_WB])
+
+
+@njit(cache=True)
+def dist_bucket_probs(d, edges_s, e, p):
+    """Bucket probabilities of the served requests of a `dist` row on the histogram layout whose
+    bucket lower edges (s, ascending) are `edges_s`: buckets i0 .. i0 + k - 1 get p[0 .. k), from
+    the bucket holding the latency exceeded with probability 1 - e to the one holding the latency
+    exceeded with probability e (the mass beyond each goes to that end bucket). Returns (i0, k).
+
+    The tail is a sum of exponentials in x - shift, x - wa - shift and x - wb - shift (the backlog
+    wait's integral, `_tail_total`), so from edge to edge each exponential is updated by one
+    multiplication (edges are equally spaced within each power of two), with an exact refresh
+    every 32 edges, wherever the spacing changes and wherever an argument changes sign."""
+    i0 = max(np.searchsorted(edges_s, dist_quantile(d, 1.0 - e), side="right") - 1, 0)
+    i1 = max(np.searchsorted(edges_s, dist_quantile(d, e), side="right") - 1, i0)
+    n = int(d[D_N])
+    coef = d[D_COEF : D_COEF + n]
+    rate = d[D_RATE : D_RATE + n]
+    shift, fb, wa, wb = d[D_SHIFT], d[D_FB], d[D_WA], d[D_WB]
+    spread = fb > 0.0 and wb - wa >= 1e-12
+    ex0 = np.empty(n)  # exp(-rate_i x)
+    exa = np.empty(n)  # exp(-rate_i (x - wa))
+    exb = np.empty(n)  # exp(-rate_i (x - wb))
+    fac = np.empty(n)  # exp(-rate_i dx) for the current spacing
+    dx_prev = -1.0
+    fresh = 0
+    signs = -1
+    prev = 1.0
+    for j in range(i0, i1):
+        x = edges_s[j + 1] - shift
+        sg = (x > 0.0) * 1 + (x - wa > 0.0) * 2 + (x - wb > 0.0) * 4
+        dx = edges_s[j + 1] - edges_s[j]
+        if fresh == 0 or fresh >= 32 or sg != signs or abs(dx - dx_prev) > 1e-9 * dx:
+            for i in range(n):
+                ex0[i] = math.exp(-rate[i] * max(x, 0.0))
+                exa[i] = math.exp(-rate[i] * max(x - wa, 0.0))
+                exb[i] = math.exp(-rate[i] * max(x - wb, 0.0))
+                fac[i] = math.exp(-rate[i] * dx)
+            dx_prev = dx
+            signs = sg
+            fresh = 1
+        else:
+            for i in range(n):
+                if x > 0.0:
+                    ex0[i] *= fac[i]
+                if x - wa > 0.0:
+                    exa[i] *= fac[i]
+                if x - wb > 0.0:
+                    exb[i] *= fac[i]
+            fresh += 1
+        t0 = 1.0
+        if x > 0.0:
+            t0 = 0.0
+            for i in range(n):
+                t0 += coef[i] * ex0[i]
+            t0 = min(1.0, max(0.0, t0))
+        t = t0
+        if fb > 0.0:
+            if not spread:
+                tb = 1.0
+                if x - wa > 0.0:
+                    tb = 0.0
+                    for i in range(n):
+                        tb += coef[i] * exa[i]
+            else:  # (neg + I(x - wa) - I(x - wb)) / (wb - wa), I(y) = sum c_i (1 - e^(-r_i y)) / r_i
+                hi = x - wa
+                lo = x - wb
+                tb = 0.0
+                if lo < 0.0:
+                    tb = min(hi, 0.0) - lo
+                for i in range(n):
+                    if hi > 0.0:
+                        tb += coef[i] * (1.0 - exa[i]) / rate[i]
+                    if lo > 0.0:
+                        tb -= coef[i] * (1.0 - exb[i]) / rate[i]
+                tb /= wb - wa
+            t = (1.0 - fb) * t0 + fb * min(1.0, max(0.0, tb))
+        t = min(prev, t)
+        p[j - i0] = prev - t
+        prev = t
+    p[i1 - i0] = prev
+    return i0, i1 - i0 + 1
+
+
+@njit(cache=True)
+def interval_counts(d, n_ok, n_drop, edges_s, e, p, seed):
+    """Bucket counts of one interval's requests (`engine.interval_histogram`): n_drop at the
+    timeout, n_ok drawn from the `dist` row over `dist_bucket_probs` (one multinomial draw: n
+    sorted uniforms against the CDF when n is small next to the number of buckets, else a chain of
+    binomials) from numba's generator seeded with `seed`. Returns (first bucket, counts)."""
+    np.random.seed(seed)
+    i0 = 0
+    k = 0
+    if n_ok > 0:
+        i0, k = dist_bucket_probs(d, edges_s, e, p)
+    j = i0
+    if n_drop > 0:
+        j = max(np.searchsorted(edges_s, d[D_TIMEOUT], side="right") - 1, 0)
+    lo = min(i0, j)
+    hi = max(i0 + k, j + 1)
+    counts = np.zeros(hi - lo, dtype=np.int64)
+    left = n_ok
+    rest = 1.0
+    if n_ok > 0 and n_ok * 4 < k:  # few requests over many buckets: n sorted uniforms against the CDF
+        u = np.sort(np.random.random(n_ok))
+        m = 0
+        cdf = p[0]
+        for r in range(n_ok):
+            while u[r] >= cdf and m < k - 1:
+                m += 1
+                cdf += p[m]
+            counts[i0 - lo + m] += 1
+        left = 0
+    for m in range(k):
+        if left <= 0:
+            break
+        if m == k - 1 or rest <= 0.0:
+            c = left
+        else:
+            c = np.random.binomial(left, min(1.0, max(0.0, p[m] / rest)))
+        counts[i0 - lo + m] += c
+        left -= c
+        rest -= p[m]
+    counts[j - lo] += n_drop
+    return lo, counts

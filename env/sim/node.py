@@ -12,6 +12,11 @@ advances all of them while each keeps the exact observation code of a single nod
 
 An interval with no request (a lightly loaded slow app such as Sphinx at 14 rps x 10%) reports
 `requests = 0` and the app's expected p99 over that interval.
+
+Each `AppSample` carries the interval's latency histogram (`env.histogram`): the latencies of the
+requests seen, drawn from the model's own distribution for the interval
+(`engine.interval_histogram`), from a generator of its own, so that turning histograms off
+(`histograms=False`, for training, where only the p99 is observed) changes no other draw.
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ import numpy as np
 from env.allocations import fair_allocation
 from env.node import SimClock
 from env.sim import model as M
-from env.sim.engine import Layout, SimBatch, alloc_rows, be_alone_progress, build_layout, lc_profile_of
+from env.sim.engine import (
+    Layout,
+    SimBatch,
+    alloc_rows,
+    be_alone_progress,
+    build_layout,
+    interval_histogram,
+    lc_profile_of,
+)
 from env.sim.scenario import Scenario, load_scenario
 from env.types import (
     Allocation,
@@ -50,9 +63,11 @@ class SimNode:
         seed: int | None = None,
         clock: SimClock | None = None,
         initial: Callable[[Capabilities], Allocation] = fair_allocation,
+        histograms: bool = True,
         _batch: SimBatch | None = None,
         _index: int = 0,
     ) -> None:
+        self._histograms = histograms
         self._batch = _batch
         self._index = _index
         self._clock = clock or SimClock()
@@ -83,6 +98,7 @@ class SimNode:
         scn = self._scenario
         self._seed = scn.seed if seed is None else seed
         rng = np.random.default_rng(self._seed)
+        self._hist_rng = np.random.default_rng([self._seed, 2])
         self._layout: Layout = build_layout(scn)
         lay = self._layout
         if self._batch is None:
@@ -196,10 +212,12 @@ class SimNode:
         out = a["out"][i, :n].tolist()  # plain floats: cheaper than numpy scalars per field
         nout = a["nout"][i].tolist()
         arr = a["arrivals"][i, :n].tolist()
+        dist = a["dist"][i]
         fr, lam = frac.tolist(), lam_rps.tolist()
         samples = []
         for j, w in enumerate(self._lc_list):
             o = out[w]
+            hist = interval_histogram(dist[w], int(arr[w]), self._hist_rng) if self._histograms else None
             samples.append(
                 AppSample(
                     name=self._names[w],
@@ -211,6 +229,7 @@ class SimNode:
                     dropped_rps=o[M.O_DROPPED],
                     requests=int(arr[w]),
                     usage=_usage(o),
+                    histogram=hist,
                 )
             )
         bes = []
@@ -270,6 +289,7 @@ class SimFleet:
         *,
         width: int = 8,
         initial: Callable[[Capabilities], Allocation] = fair_allocation,
+        histograms: bool = True,
     ) -> None:
         if not scenarios:
             raise ValueError("a fleet needs at least one scenario")
@@ -277,7 +297,14 @@ class SimFleet:
         seeds = self._ss.spawn(len(scenarios) + 1)
         self.batch = SimBatch([build_layout(s) for s in scenarios], np.random.default_rng(seeds[0]), width)
         self.nodes = [
-            SimNode(s, seed=int(sd.generate_state(1)[0]), initial=initial, _batch=self.batch, _index=i)
+            SimNode(
+                s,
+                seed=int(sd.generate_state(1)[0]),
+                initial=initial,
+                histograms=histograms,
+                _batch=self.batch,
+                _index=i,
+            )
             for i, (s, sd) in enumerate(zip(scenarios, seeds[1:]))
         ]
 

@@ -211,6 +211,24 @@ class _Collector:
             slack.add_metric([a.name], a.slack)
             load.add_metric([a.name], a.load_frac)
         yield from (p99, tgt, slack, load)
+        wt = sup.last_minute()
+        yield GaugeMetricFamily(
+            "coloc_serve_window_tail_ratio",
+            "largest over the LC apps of the p99 of all requests of the last minute / target",
+            value=wt.tail_ratio,
+        )
+        wp99 = GaugeMetricFamily(
+            "coloc_serve_window_p99_us", "p99 latency of all requests of the last minute", labels=["app"]
+        )
+        wover = GaugeMetricFamily(
+            "coloc_serve_window_over_target",
+            "fraction of the last minute's requests over the QoS target",
+            labels=["app"],
+        )
+        for aw in wt.apps:
+            wp99.add_metric([aw.name], aw.p99_us)
+            wover.add_metric([aw.name], aw.over_target)
+        yield from (wp99, wover)
         alloc = GaugeMetricFamily("coloc_serve_allocation", "allocation in force", labels=["app", "resource"])
         for al in rec.tick.alloc:
             for res in ("cores", "llc_ways", "freq_mhz", "memory_gb", "disk_mbps", "net_gbps", "cpu_quota"):

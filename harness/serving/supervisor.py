@@ -40,6 +40,7 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
+from env import metrics as M
 from env.config import ConfigError, plain_data
 from env.controller import Controller
 from env.guards import GuardChain
@@ -179,6 +180,7 @@ class ServeStats:
     tick_cpu_ms: deque = field(default_factory=lambda: deque(maxlen=20_000))
     observe_cpu_ms: deque = field(default_factory=lambda: deque(maxlen=20_000))
     control_cpu_ms: deque = field(default_factory=lambda: deque(maxlen=20_000))
+    recent: deque = field(default_factory=deque)  # the records of the last minute (window tail)
 
 
 def _pct(xs: Sequence[float], q: float) -> float:
@@ -244,7 +246,7 @@ class Supervisor:
             fallback_name=fallback_name or (cfg.fallback.controller if fallback is not None else None),
         )
         self.sinks = list(sinks)
-        self.stats = ServeStats()
+        self.stats = ServeStats(recent=deque(maxlen=M.intervals_in(caps.interval_s, M.MEASURE_S)))
         self.metrics_config = metrics if metrics_server is None else metrics_server.config
         self.http: MetricsServer | None = metrics_server
         if metrics_server is not None:
@@ -375,6 +377,7 @@ class Supervisor:
             dry_run=self.dry_run,
         )
         srec = ServeRecord(rec, info)
+        st.recent.append(rec)
         if rec.valid and rec.apps:
             st.valid_ticks += 1
             st.qos_met_ticks += rec.all_qos_met
@@ -454,8 +457,14 @@ class Supervisor:
         }
         return status in ("ok", "starting"), d
 
+    def last_minute(self) -> M.WindowTail:
+        """The window tail over the last minute of ticks (env.metrics: p99 of all requests)."""
+        recent = list(self.stats.recent)
+        return M.window_tail(recent, recent[0].start_s if recent else 0.0, None)
+
     def summary(self) -> ServeSummary:
         st, ls, ns = self.stats, self.loop.stats, self.node.stats
+        wt = self.last_minute()
         wall = max(time.monotonic() - self._wall0, 1e-9)
         cpu_ms = list(st.tick_cpu_ms)
         return ServeSummary(
@@ -468,6 +477,10 @@ class Supervisor:
             qos_guarantee=st.qos_met_ticks / st.valid_ticks if st.valid_ticks else math.nan,
             mean_tardiness=st.tardiness_sum / st.tardiness_n if st.tardiness_n else math.nan,
             be_throughput=st.be_throughput_sum / st.be_n if st.be_n else math.nan,
+            window_sustained=wt.sustained,
+            window_tail_ratio=wt.tail_ratio,
+            window_p99_us={a.name: _num(a.p99_us) for a in wt.apps},
+            window_note=wt.note,
             valid_ticks=st.valid_ticks,
             safe_mode_ticks=st.safe_mode_ticks,
             safe_mode_entries=self.safe_guard.state.entries if self.safe_guard else 0,
@@ -497,7 +510,9 @@ class Supervisor:
 
 @dataclass(frozen=True)
 class ServeSummary:
-    """What a serving run did (summary.json; printed at exit). `loop_cpu_pct` is the main thread's
+    """What a serving run did (summary.json; printed at exit). The window figures are over the last
+    minute of the run (env.metrics' window tail: the p99 of all requests, from the intervals' latency
+    histograms, approximated where the feed sent none). `loop_cpu_pct` is the main thread's
     CPU per tick (observe to outputs) as a share of one core at the interval; `process_cpu_pct` the
     whole process over the run's wall time (with --sim it includes the simulator)."""
 
@@ -510,6 +525,10 @@ class ServeSummary:
     qos_guarantee: float
     mean_tardiness: float
     be_throughput: float
+    window_sustained: bool  # over the last minute: every app's p99 of all its requests met its target
+    window_tail_ratio: float  # over the last minute: the largest p99 / target
+    window_p99_us: dict[str, float | None]  # over the last minute, per LC app
+    window_note: str
     valid_ticks: int
     safe_mode_ticks: int
     safe_mode_entries: int
@@ -548,6 +567,11 @@ class ServeSummary:
             + f", {self.ticks} ticks in {self.wall_s:.1f} s, ended: {self.exit_reason}",
             f"  QoS met in {f(self.qos_guarantee, '.1%')} of {self.valid_ticks} valid intervals, mean p99/target "
             f"{f(self.mean_tardiness)}, BE throughput {f(self.be_throughput)}",
+            f"  last minute: p99 of all requests {'meets' if self.window_sustained else 'misses'} the targets "
+            f"(largest p99/target {f(self.window_tail_ratio)}; "
+            + ", ".join(f"{k} {'n/a' if v is None else f'{v:.0f} us'}" for k, v in self.window_p99_us.items())
+            + ")"
+            + (f"; {self.window_note}" if self.window_note else ""),
             f"  safe mode {self.safe_mode_ticks} ticks ({self.safe_mode_entries} entries), fallback "
             f"{self.fallback_ticks} ticks ({self.handovers} handovers, {self.hand_backs} hand-backs)",
             f"  applied {self.applied}, actuation failures {self.apply_failures} (deferred {self.apply_deferred}, "

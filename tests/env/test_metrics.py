@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from env import metrics as M
+from env.histogram import LatencyHistogram
 from env.loop import AppTick, BeTick, TickRecord
 
 DT = 0.5
@@ -81,32 +84,133 @@ def test_mean_tardiness_is_p99_over_target_averaged():
     assert M.mean_tardiness(recs, warmup_s=0.5) == pytest.approx(0.75)
 
 
-def test_sustained_rule_allows_five_percent_misses_in_the_window():
+def test_interval_rule_allows_five_percent_misses_in_the_window():
     warm = 60  # 30 s at 500 ms
     assert M.intervals_in(DT) == 120 and M.max_misses(DT) == 6
     six = set(range(warm, warm + 6))
-    assert M.sustained(run(180, six))
-    assert not M.sustained(run(180, six | {warm + 50}))
+    iv = {"verdict": "intervals"}
+    assert M.sustained(run(180, six), **iv)
+    assert not M.sustained(run(180, six | {warm + 50}), **iv)
     # misses during warm-up or after the 60 s window do not count
-    assert M.sustained(run(200, set(range(0, warm)) | set(range(180, 200))))
+    assert M.sustained(run(200, set(range(0, warm)) | set(range(180, 200))), **iv)
     # a run that does not cover the window is not sustained
-    assert not M.sustained(run(179))
+    assert not M.sustained(run(179), **iv)
     # an invalid interval in the window counts as a miss
     recs = run(180, six)
     recs[100] = rec(100, valid=False)
-    assert not M.sustained(recs)
+    assert not M.sustained(recs, **iv)
+    with pytest.raises(ValueError, match="verdict"):
+        M.sustained(recs, verdict="vibes")
 
 
-def test_unsustained_stop_gives_the_same_verdict_as_sustained():
+def test_unsustained_stop_gives_the_same_verdict_as_the_interval_rule():
     recs = run(180, set(range(70, 80)))  # 10 misses: the 7th (interval 76) decides
-    stop = M.unsustained_stop()
+    iv = {"verdict": "intervals"}
+    stop = M.unsustained_stop(**iv)
     stopped = next(i for i, r in enumerate(recs) if stop(r))
     assert stopped == 76
-    assert M.failed_early(recs[: stopped + 1]) and not M.failed_early(recs[:stopped])
-    assert not M.sustained(recs)
+    assert M.failed_early(recs[: stopped + 1], **iv) and not M.failed_early(recs[:stopped], **iv)
+    assert not M.sustained(recs, **iv)
     ok = run(180, set(range(70, 76)))
+    stop = M.unsustained_stop(**iv)
+    assert not any(stop(r) for r in ok) and M.sustained(ok, **iv)
+
+
+# ---- the window tail (PARTIES Sec. 5.1: the p99 of every request of the measured minute) -------------
+N_REQ = 1000  # requests of app a per interval
+
+
+def hist_rec(k: int, over: int = 0, requests: int = N_REQ, valid: bool = True) -> TickRecord:
+    """Interval k with histograms: app a's `requests` latencies at 50 us except `over` of them at
+    300 us (its target is 100 us); app b always at 500 us (target 1000 us)."""
+    a = np.concatenate([np.full(requests - over, 50.0), np.full(over, 300.0)])
+    hists = {"a": LatencyHistogram.of_values_us(a), "b": LatencyHistogram.of_values_us(np.full(100, 500.0))}
+    r = rec(k, {"a": 3.0 if over > 0.01 * requests else 0.5}, valid=valid)
+    apps = tuple(  # offered load as the requests seen (the early stop bounds what is to come by it)
+        dataclasses.replace(
+            t,
+            histogram=hists[t.name] if valid else None,
+            requests=hists[t.name].count,
+            load_rps=hists[t.name].count / DT,
+        )
+        for t in r.apps
+    )
+    return dataclasses.replace(r, apps=apps)
+
+
+def hist_run(
+    n: int, over: dict[int, int] | None = None, requests: dict[int, int] | None = None
+) -> list[TickRecord]:
+    over, requests = over or {}, requests or {}
+    return [hist_rec(k, over.get(k, 0), requests.get(k, N_REQ)) for k in range(n)]
+
+
+def test_one_bad_interval_in_120_is_sustained_when_under_one_percent_of_the_requests_miss():
+    warm, bad_k, bad_n = 60, 90, 2000  # the bad interval sees twice the requests
+    window = 119 * N_REQ + bad_n
+    allowed = window - math.ceil(0.99 * window)  # 1210: the p99 is the value of rank ceil(0.99 n)
+    assert allowed == 1210
+    ok = hist_run(180, {bad_k: allowed}, {bad_k: bad_n})
+    bad = hist_run(180, {bad_k: allowed + 1}, {bad_k: bad_n})
+    assert M.sustained(ok) and not M.sustained(bad)
+    # the interval rule sees one miss in 120 either way
+    assert M.sustained(ok, verdict="intervals") and M.sustained(bad, verdict="intervals")
+    assert warm < bad_k < warm + 120
+    wt = M.window_tail(bad)
+    a = next(x for x in wt.apps if x.name == "a")
+    assert a.requests == window and a.over_target == pytest.approx((allowed + 1) / window)
+    assert a.p99_us == pytest.approx(300.0, rel=0.004) and a.tail_ratio == pytest.approx(3.0, rel=0.004)
+    assert a.goodput_rps == pytest.approx((window - allowed - 1) / 60.0)
+    assert wt.tail_ratio == pytest.approx(3.0, rel=0.004) and wt.complete and not wt.sustained
+    assert M.window_tail(ok).apps[0].p99_us == pytest.approx(50.0, rel=0.004)
+
+
+def test_the_window_rule_forgives_many_mild_intervals_the_interval_rule_does_not():
+    # 20 intervals whose own p99 misses (2% of their requests late): 400 late requests of 120,000
+    recs = hist_run(180, dict.fromkeys(range(70, 90), 20))
+    assert M.sustained(recs) and not M.sustained(recs, verdict="intervals")
+    assert M.lc_emu_of_run(recs) == pytest.approx(0.5) and M.lc_emu_of_run(recs, verdict="intervals") == 0.0
+
+
+def test_the_window_must_be_covered_and_measured():
+    assert not M.sustained(hist_run(179))
+    recs = hist_run(180)
+    recs[100] = hist_rec(100, valid=False)
+    wt = M.window_tail(recs)
+    assert not wt.sustained and not wt.complete and "not measured" in wt.note
+    assert M.sustained(hist_run(180))
+
+
+def test_window_early_stop_gives_the_same_verdict():
+    over = dict.fromkeys(range(70, 80), 400)  # 4000 late requests: the 4th such interval decides
+    recs = hist_run(180, over)
+    stop = M.unsustained_stop()
+    stopped = next(i for i, r in enumerate(recs) if stop(r))
+    assert not M.sustained(recs) and 70 <= stopped < 80
+    assert not M.sustained(recs[: stopped + 1] + hist_run(180)[stopped + 1 :])  # whatever follows
+    ok = hist_run(180, {warm: 100 for warm in range(60, 72)})  # 1200 late: sustained
     stop = M.unsustained_stop()
     assert not any(stop(r) for r in ok) and M.sustained(ok)
+    # an unmeasured interval in the window decides at once
+    recs = hist_run(180)
+    recs[70] = hist_rec(70, valid=False)
+    stop = M.unsustained_stop()
+    assert next(i for i, r in enumerate(recs) if stop(r)) == 70
+
+
+def test_intervals_without_histograms_are_approximated_and_said_so():
+    recs = run(180)  # p99 = 50 us for a in every interval, no histogram
+    wt = M.window_tail(recs)
+    a = next(x for x in wt.apps if x.name == "a")
+    assert a.approximated == 120 and "approximated" in wt.note and wt.sustained
+    # identical exponential intervals: the window's p99 is theirs
+    assert a.p99_us == pytest.approx(50.0, rel=1e-4)
+    assert a.over_target == pytest.approx(math.exp(-100.0 * M.LN100 / 50.0), rel=1e-6)  # 1e-4
+    # one interval at 3x the target among 119 at half of it: its requests are 1/120 of the window
+    recs[100] = rec(100, {"a": 3.0})
+    late = (math.exp(-100 * M.LN100 / 300) + 119 * math.exp(-100 * M.LN100 / 50)) / 120
+    assert M.window_tail(recs).apps[0].over_target == pytest.approx(late, rel=1e-6)
+    assert M.sustained(recs)  # 0.2% of the requests over the target
 
 
 def test_lc_emu_over_points_and_of_one_run():
@@ -114,7 +218,7 @@ def test_lc_emu_over_points_and_of_one_run():
     assert M.lc_emu(pts) == pytest.approx(1.1)
     assert M.lc_emu([({"a": 1.0}, False)]) == 0.0
     assert M.lc_emu_of_run(run(180)) == pytest.approx(0.5)  # a 20% + b 30%
-    assert M.lc_emu_of_run(run(180, set(range(60, 80)))) == 0.0
+    assert M.lc_emu_of_run(run(180, set(range(60, 80))), verdict="intervals") == 0.0
     varying = run(180)
     varying[90] = rec(90, loads={"a": 0.4, "b": 0.3})
     assert M.lc_emu_of_run(varying) is None
@@ -182,6 +286,8 @@ def test_summary_row_has_the_compare_keys_and_is_json_safe():
     row = s.row()
     assert list(row) == [
         "qos_guarantee",
+        "window_sustained",
+        "window_tail_ratio",
         "mean_tardiness",
         "lc_emu",
         "emu",

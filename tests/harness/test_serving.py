@@ -23,6 +23,7 @@ from env.allocations import fair_allocation
 from env.config import ConfigError
 from env.controller import BaseController
 from env.guards import GuardChain, GuardsConfig, build_guards
+from env.histogram import merge
 from env.loop import read_jsonl
 from env.node import RealClock
 from env.sim.node import SimNode
@@ -921,6 +922,19 @@ def test_jsonl_tensorboard_prometheus_health_and_console(tmp_path):
             and 'coloc_serve_allocation{app="nginx",resource="cores"}' in text
         )
         assert 'coloc_serve_active_controller{controller="parties"} 1.0' in text
+        # the last minute's window tail: p99 of all its requests, from the intervals' histograms
+        wt = sup.last_minute()
+        assert wt.intervals == 6 and {a.name for a in wt.apps} == {"memcached", "nginx"}
+        merged = merge(r.tick.app_tick("memcached").histogram for r in recs)
+        mc = next(a for a in wt.apps if a.name == "memcached")
+        assert mc.p99_us == pytest.approx(merged.quantile_us(0.99)) and mc.requests == merged.count
+        assert f'coloc_serve_window_p99_us{{app="memcached"}} {mc.p99_us}' in text
+        assert (
+            'coloc_serve_window_over_target{app="nginx"}' in text and "coloc_serve_window_tail_ratio" in text
+        )
+        s = sup.summary()
+        assert s.window_p99_us["memcached"] == pytest.approx(mc.p99_us)
+        assert s.window_tail_ratio == pytest.approx(wt.tail_ratio) and "last minute: p99" in s.text()
         with pytest.raises(urllib.error.HTTPError, match="404"):
             urllib.request.urlopen(f"{url}/other", timeout=5)
         sup.request_stop("test")

@@ -314,3 +314,71 @@ def test_urls(tmp_path):
     for bad in ("tcp://127.0.0.1:1", "udp://127.0.0.1", "udp://:99", "file:", "/just/a/path"):
         with pytest.raises(ValueError, match="feed URL"):
             publisher_from_url(bad)
+
+
+# -- latency histograms ------------------------------------------------------------------------
+
+
+def _hist(values_us=(100.0, 200.0, 300.0, 5000.0)):
+    from env.histogram import LatencyHistogram
+
+    return LatencyHistogram.of_values_us(list(values_us))
+
+
+def test_a_histogram_travels_in_hdrhistograms_encoded_form():
+    h = _hist()
+    r, _ = parse_line(encode_line("memcached", 5000.0, 8.0, t=1.0, histogram=h), t_s=2.0)
+    assert r.histogram == h and r.requests == 4  # requests default to the histogram's count
+    line = json.loads(encode_line("memcached", 5000.0, 8.0, t=1.0, histogram=h))
+    assert line["histogram"].startswith("HISTF") and line["histogram_unit"] == "ns"
+    feed = MemoryFeed(FakeClock(3.0))
+    feed.publish("memcached", 5000.0, 8.0, histogram=h)
+    assert feed.latest("memcached").histogram == h
+
+
+def test_a_histogram_defaults_to_microseconds_as_wrk2_writes_it():
+    from hdrh.histogram import HdrHistogram
+
+    ref = HdrHistogram(1, 60_000_000, 3)  # wrk2's layout, values in us
+    for v in (100, 200, 300, 5000):
+        ref.record_value(v)
+    r, _ = parse_line(_line(histogram=ref.encode().decode(), requests=4), t_s=0.0)
+    assert r.histogram.count == 4 and r.histogram.quantile_us(0.99) == pytest.approx(5000.0, rel=0.005)
+
+
+def test_a_reading_without_a_histogram_still_works():
+    r, _ = parse_line(_line(requests=10), t_s=0.0)
+    assert r.histogram is None and r.requests == 10 and r.p99_us == 412.0
+
+
+@pytest.mark.parametrize(
+    "extra, reason",
+    [
+        ({"histogram": "not a histogram"}, "HdrHistogram"),
+        ({"histogram": "SGVsbG8gd29ybGQ="}, "HdrHistogram"),
+        ({"histogram": 42}, "must be a string"),
+        ({"histogram_unit": "parsecs"}, "histogram_unit"),
+        ({"requests": 5}, "differs from the histogram's count"),
+    ],
+)
+def test_bad_histograms_are_rejected_with_the_reason(extra, reason):
+    obj = {"histogram": _hist().encode(), "histogram_unit": "ns", **extra}
+    with pytest.raises(FeedFormatError, match=reason):
+        parse_line(_line(**obj), t_s=0.0)
+
+
+def test_a_writer_finds_a_histogram_that_contradicts_its_requests_at_once():
+    with pytest.raises(FeedFormatError, match="differs from the histogram's count"):
+        encode_line("memcached", 300.0, 8.0, t=0.0, requests=5, histogram=_hist())
+
+
+def test_a_udp_feed_counts_a_bad_histogram_as_malformed_and_keeps_the_last_good_reading():
+    with UdpFeed("127.0.0.1", 0, clock=FakeClock(1.0)) as feed:
+        pub = UdpPublisher(*feed.address)
+        pub.publish("memcached", 300.0, 8.0, histogram=_hist())
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(_line(histogram="HISTFbroken"), feed.address)
+        _wait_for(lambda: (feed.poll(), feed.malformed == 1 and feed.received == 1)[1])
+        assert feed.malformed == 1 and "HdrHistogram" in (feed.last_error or "")
+        assert feed.latest("memcached").histogram == _hist()
+        pub.close()

@@ -380,7 +380,11 @@ def test_unanswered_requests_are_timeouts_and_enter_the_histogram():
     assert summary.completed == 0 and summary.errors == 0
     assert summary.scheduled > 60 and summary.timeouts == summary.scheduled == summary.sent
     assert summary.latency.p50_us == pytest.approx(100_000, rel=0.01)  # recorded at the timeout
-    assert feed.latest("memcached").p99_us == pytest.approx(100_000, rel=0.01)
+    r = feed.latest("memcached")
+    assert r.p99_us == pytest.approx(100_000, rel=0.01)
+    # the interval's histogram travels with its p99: every request of it, at the timeout
+    assert r.histogram is not None and r.histogram.count == r.requests > 0
+    assert r.histogram.quantile_us(0.5) == pytest.approx(100_000, rel=0.01)
 
 
 def test_with_timeouts_left_out_an_interval_without_responses_is_not_published():
