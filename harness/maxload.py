@@ -167,7 +167,7 @@ def grid_emu(
 
 def serial_grid(
     spec: str, apps: Sequence[str], proto: MaxLoadProtocol, fixed_pct: Sequence[float]
-) -> tuple[float, dict, int]:
+) -> tuple[float, dict, int, list[float]]:
     """The full grid for a 2- or 3-app mix in one process, each cell's search bounded by its
     already-searched neighbours (the max load is non-increasing in the other apps' loads)."""
     oracle = PointOracle(spec, apps, proto)
@@ -194,7 +194,7 @@ def serial_grid(
         cells.append(cell)
         maxes.append(float(levels[i]) if i >= 0 else 0.0)
     emu, pt = grid_emu(apps, cells, maxes)
-    return emu, pt, oracle.points
+    return emu, pt, oracle.points, maxes
 
 
 def greedy_search(spec: str, apps: Sequence[str], proto: MaxLoadProtocol) -> tuple[float, dict, int]:
@@ -239,7 +239,7 @@ def search_mix(task: MixTask) -> dict[str, Any]:
     """Worker: LC EMU of one mix for one controller."""
     if task.search == "grid":
         fixed = [float(task.proto.loads_pct[0])] * max(0, len(task.apps) - 3)
-        emu, pt, runs = serial_grid(task.spec, task.apps, task.proto, fixed)
+        emu, pt, runs, _ = serial_grid(task.spec, task.apps, task.proto, fixed)
     else:
         emu, pt, runs = greedy_search(task.spec, task.apps, task.proto)
     return {

@@ -118,6 +118,150 @@ def _map(fn: Callable, args: list[tuple], workers: int) -> list:
         return [f.result() for f in futs]
 
 
+# ---- PARTIES Fig. 2: the smallest (cores, ways) meeting QoS -------------------------------------
+FIG2_LOADS = (0.3, 0.9)  # PARTIES Fig. 2a-b: 30% and 90% of max load
+FIG2_WAYS = (1, 2, 3, 4, 6, 8, 11, 14, 20)
+FIG2_CORES = 14  # the managed node's cores (PARTIES Table 1, Sec. 3)
+FIG2_TOP_WAYS = 20
+
+
+def _fig2_meets(app: str, load: float, cores: int, ways: int, freq: int | None, seed: int) -> bool:
+    from env.sim.experiments import fig2_setup
+
+    return sampled_window_meet(fig2_setup(app, load, cores, ways, freq), seed)
+
+
+def _fig2_column(app: str, load: float, ways: int, seed: int) -> int | None:
+    """Fewest cores meeting QoS with `ways` ways at turbo (binary search: more cores never hurt);
+    None when even every core misses."""
+    if not _fig2_meets(app, load, FIG2_CORES, ways, None, seed):
+        return None
+    lo, hi = 0, FIG2_CORES  # lo misses (0 cores), hi meets
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _fig2_meets(app, load, mid, ways, None, seed + mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _fig2_min_freq(app: str, load: float, seed: int) -> int | None:
+    """Lowest frequency level meeting QoS with every core and way (PARTIES Fig. 2's cell value)."""
+    from env.sim.platform import load_platform
+
+    levels = load_platform("parties").freq_levels_mhz
+    ok = [f for i, f in enumerate(levels) if _fig2_meets(app, load, FIG2_CORES, FIG2_TOP_WAYS, f, seed + i)]
+    return min(ok) if ok else None
+
+
+def parties_fig2(seed: int, workers: int) -> dict:
+    """PARTIES Sec. 3.4.1 / Fig. 2a-b: each app alone at 30% and 90% of max load; per number of
+    LLC ways, the fewest cores meeting QoS at the highest frequency; with every core and way, the
+    lowest frequency. The facts: every app but MongoDB violates QoS when cores are insufficient
+    (one core misses even with every way), and with enough cores both ways and frequency can be
+    reduced; MongoDB needs a single core at the lowest frequency at high load. Reported beside
+    them: whether cores are the app's tightest resource (a larger share of the node's cores than
+    of its ways is needed)."""
+    from env.sim.platform import load_platform
+
+    col_args = [(a, x, w, seed) for a in APPS for x in FIG2_LOADS for w in FIG2_WAYS]
+    cols = _map(_fig2_column, col_args, workers)
+    freq = _map(_fig2_min_freq, [(a, x, seed) for a in APPS for x in FIG2_LOADS], workers)
+    turbo = load_platform("parties").freq_levels_mhz[-1]
+    lowest = load_platform("parties").freq_levels_mhz[0]
+    by = dict(zip([(a, x, w) for a, x, w, _ in col_args], cols))
+    rows, checks = [], []
+    for i, (a, x) in enumerate((a, x) for a in APPS for x in FIG2_LOADS):
+        frontier = {w: by[(a, x, w)] for w in FIG2_WAYS}
+        cores_all_ways = frontier[FIG2_TOP_WAYS]
+        ways_all_cores = next((w for w in FIG2_WAYS if frontier[w] is not None), None)
+        rows.append(
+            {
+                "app": a,
+                "load_pct": round(100 * x),
+                "min_cores_per_ways": {str(w): c for w, c in frontier.items()},
+                "min_cores_with_all_ways": cores_all_ways,
+                "min_ways_with_all_cores": ways_all_cores,
+                "min_freq_mhz_with_all": freq[i],
+                "cores_tightest": (cores_all_ways or FIG2_CORES + 1) / FIG2_CORES
+                >= (ways_all_cores or FIG2_TOP_WAYS + 1) / FIG2_TOP_WAYS,
+            }
+        )
+        if a == "mongodb":
+            continue
+        checks.append(
+            {
+                "app": a,
+                "load_pct": round(100 * x),
+                "cores_needed": cores_all_ways is None or cores_all_ways > 1,
+                "ways_reducible": ways_all_cores is not None and ways_all_cores < FIG2_TOP_WAYS,
+                "freq_reducible": freq[i] is not None and freq[i] < turbo,
+            }
+        )
+    mongo_one_core = _fig2_meets("mongodb", 0.9, 1, FIG2_TOP_WAYS, lowest, seed)
+    holds = mongo_one_core and all(
+        c["cores_needed"] and c["ways_reducible"] and c["freq_reducible"] for c in checks
+    )
+    return {
+        "source": "PARTIES Sec. 3.4.1, Fig. 2a-b",
+        "statement": "all applications except MongoDB are most sensitive to core allocations, violating QoS "
+        "when cores are insufficient; when cores are sufficient, both frequency and cache ways can be "
+        "reduced; MongoDB only requires a single core at the lowest frequency to meet QoS at high load",
+        "holds": holds,
+        "mongodb_one_core_lowest_freq_at_90pct": mongo_one_core,
+        "checks": checks,
+        "grid": rows,
+    }
+
+
+# ---- PARTIES Fig. 3: MongoDB's memory / disk-bandwidth frontier ---------------------------------
+FIG3_MEMORY_GB = (40, 50, 55, 60, 65, 70, 80, 90, 100, 110, 120)
+FIG3_DISK_MBPS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 30, 40, 60, 80, 120, 160)
+
+
+def _fig3_min_disk(memory_gb: float, seed: int) -> float | None:
+    """Least disk bandwidth (MB/s, on the grid) meeting QoS at 90% load with `memory_gb` (more
+    bandwidth never hurts: binary search); None when even the whole disk misses."""
+
+    def ok(k: int) -> bool:
+        s = mongodb_memory(memory_gb, FIG3_DISK_MBPS[k]).at_loads({"mongodb": 0.9})
+        return sampled_window_meet(s, seed + k)
+
+    if not ok(len(FIG3_DISK_MBPS) - 1):
+        return None
+    lo, hi = -1, len(FIG3_DISK_MBPS) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return float(FIG3_DISK_MBPS[hi])
+
+
+def parties_fig3(seed: int, workers: int) -> dict:
+    """PARTIES Sec. 3.4.2 / Fig. 3: MongoDB alone at 90% load; per memory allocation, the least
+    disk bandwidth meeting QoS. The facts: with less than 60 GB it cannot meet QoS at any disk
+    bandwidth; with more memory it needs less disk bandwidth (a monotone frontier)."""
+    need = _map(_fig3_min_disk, [(float(m), seed + 100 * i) for i, m in enumerate(FIG3_MEMORY_GB)], workers)
+    frontier = {str(m): n for m, n in zip(FIG3_MEMORY_GB, need)}
+    below = [n for m, n in zip(FIG3_MEMORY_GB, need) if m < 60]
+    above = [n if n is not None else math.inf for m, n in zip(FIG3_MEMORY_GB, need) if m >= 60]
+    first = next((m for m, n in zip(FIG3_MEMORY_GB, need) if n is not None), None)
+    monotone = all(a >= b for a, b in itertools.pairwise(above))
+    feasible_from = first is not None and first <= 70
+    holds = all(n is None for n in below) and feasible_from and monotone and above[-1] < max(above)
+    return {
+        "source": "PARTIES Sec. 3.4.2, Fig. 3",
+        "statement": "at 90% of max load with less than 60 GB of memory MongoDB cannot meet QoS even with "
+        "unconstrained disk bandwidth; with more memory it meets QoS at lower disk bandwidth",
+        "holds": holds,
+        "min_disk_mbps_per_memory_gb": frontier,
+        "least_memory_meeting_gb": first,
+    }
+
+
 # ---- facts ----------------------------------------------------------------------------------------
 def fact_fungibility(seed: int) -> dict:
     """PARTIES Sec. 3.4.3: Moses at high load (90%) meets QoS with <10 cores, 11 ways, turbo>,
@@ -128,34 +272,6 @@ def fact_fungibility(seed: int) -> dict:
     keys = list(res)
     holds = all(res[k] for k in keys[:3]) and not res[keys[3]]
     return {"name": "fungibility", "source": "PARTIES Sec. 3.4.3", "holds": holds, "detail": res}
-
-
-def fact_mongodb_memory_disk(seed: int) -> dict:
-    """PARTIES Sec. 3.4.2 / Fig. 3: more memory -> the same latency at lower disk bandwidth; at 90%
-    load with less than 60 GB, QoS cannot be met even with unconstrained disk bandwidth."""
-    fail_50 = not sampled_window_meet(mongodb_memory(50.0).at_loads({"mongodb": 0.9}), seed)
-    ok_120 = sampled_window_meet(mongodb_memory(120.0).at_loads({"mongodb": 0.9}), seed + 1)
-    caps = [2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 20, 30, 40, 60, 80, 120, 160]
-    min_disk = {}
-    for mem in (70.0, 90.0, 120.0):
-        need = None
-        for c in caps:
-            if sampled_window_meet(mongodb_memory(mem, c).at_loads({"mongodb": 0.9}), seed + int(mem) + c):
-                need = c
-                break
-        min_disk[f"{mem:.0f} GB"] = need
-    vals = [v if v is not None else math.inf for v in min_disk.values()]
-    trade = all(a >= b for a, b in itertools.pairwise(vals)) and vals[-1] < vals[0]
-    return {
-        "name": "mongodb_memory_disk_trade",
-        "source": "PARTIES Sec. 3.4.2, Fig. 3",
-        "holds": fail_50 and ok_120 and trade,
-        "detail": {
-            "fails_at_90pct_with_50gb": fail_50,
-            "meets_at_90pct_with_120gb": ok_120,
-            "min_disk_mbps_at_90pct": min_disk,
-        },
-    }
 
 
 def fact_network_threshold(seed: int) -> dict:
@@ -203,25 +319,10 @@ def fact_mongodb_pair(seed: int) -> dict:
     }
 
 
-def fact_mongodb_one_core(seed: int) -> dict:
-    """PARTIES Sec. 3.4.1: MongoDB is I/O dominated: one core at the lowest frequency meets QoS at
-    high load (90%)."""
-    s = alone("mongodb", cores=1, freq_mhz={"mongodb": 1200}).at_loads({"mongodb": 0.9})
-    ok = sampled_window_meet(s, seed)
-    return {
-        "name": "mongodb_one_slow_core",
-        "source": "PARTIES Sec. 3.4.1",
-        "holds": ok,
-        "detail": {"meets_at_90pct": ok},
-    }
-
-
 FACTS: tuple[Callable[[int], dict], ...] = (
     fact_fungibility,
-    fact_mongodb_memory_disk,
     fact_network_threshold,
     fact_mongodb_pair,
-    fact_mongodb_one_core,
 )
 
 
@@ -274,12 +375,18 @@ def run(seed: int = 0, workers: int = 2, progress: bool = True) -> dict:
 
     say("qualitative facts")
     facts = _map(_run_fact, [(i, seed) for i in range(len(FACTS))], workers)
+    say("PARTIES Fig. 2: the smallest (cores, ways) meeting QoS, 30% and 90% load")
+    fig2 = parties_fig2(seed, workers)
+    say("PARTIES Fig. 3: MongoDB's memory / disk-bandwidth frontier")
+    fig3 = parties_fig3(seed, workers)
     say("done")
     return {
         "parties_table2": table2,
         "parties_table4": table4,
         "coco_table1": coco,
         "facts": facts,
+        "parties_fig2": fig2,
+        "parties_fig3": fig3,
         "goals": GOALS,
         "assumptions": {
             "coco_mongodb_dataset_gb": F.COCO_OVERRIDES["mongodb"]["dataset_gb"],
@@ -298,12 +405,21 @@ def goals_met(report: dict) -> dict[str, bool]:
     """Whether each table of `report` meets its goal (module docstring), and whether every fact holds."""
     t4, cc = report["parties_table4"], report["coco_table1"]
     t2 = report["parties_table2"]["qos"]
-    return {
+    out = {
         "parties_table2": all(v["meets_at_100"] and v["misses_at_120"] for v in t2.values()),
         "parties_table4": t4["mae_pts"] <= 10.0 and t4["max_abs_err_pts"] <= 30.0,
         "coco_table1": cc["max_abs_err_pts"] <= 10.0,
         "facts": all(f["holds"] for f in report["facts"]),
     }
+    for k in FIGURE_SECTIONS:
+        if k in report:
+            out[k] = bool(report[k]["holds"])
+    return out
+
+
+# the figure facts, each a section of calibration.json with `holds` and the measured figures (the
+# node-capacity ones, Fig. 5-6 and Sec. 4.3, need controllers and are added by the harness)
+FIGURE_SECTIONS = ("parties_fig2", "parties_fig3", "parties_fig5", "parties_fig6", "parties_sec43")
 
 
 def markdown(report: dict) -> str:
@@ -326,6 +442,12 @@ def markdown(report: dict) -> str:
     L.append(
         f"| qualitative facts | {nf}/{len(report['facts'])} hold | all | {'yes' if g['facts'] else 'NO'} |"
     )
+    for k in FIGURE_SECTIONS:
+        if k in report:
+            sec = report[k]
+            L.append(
+                f"| {sec['source']} | {_brief(k, sec)} | the paper's statement | {'yes' if sec['holds'] else 'NO'} |"
+            )
     L += [
         "",
         "## PARTIES Table 2 / Fig. 1: each app alone",
@@ -369,12 +491,80 @@ def markdown(report: dict) -> str:
         f"CoCo's MongoDB is assumed to serve a {report['assumptions']['coco_mongodb_dataset_gb']:.0f} GB data set from memory (the paper does not say; PARTIES' 1 TB disk-bound MongoDB could not lose 74% of its load to a cache mask).",
         "",
     ]
+    if "parties_fig2" in report:
+        L += _fig2_markdown(report["parties_fig2"])
+    if "parties_fig3" in report:
+        f3 = report["parties_fig3"]
+        L += [
+            "## PARTIES Fig. 3: MongoDB at 90% load, least disk bandwidth per memory",
+            "",
+            f"Paper: {f3['statement']}.",
+            "",
+        ]
+        L += ["| memory (GB) | " + " | ".join(f3["min_disk_mbps_per_memory_gb"]) + " |"]
+        L += ["|---|" + "---|" * len(f3["min_disk_mbps_per_memory_gb"])]
+        L += [
+            "| disk (MB/s) | "
+            + " | ".join("x" if v is None else f"{v:g}" for v in f3["min_disk_mbps_per_memory_gb"].values())
+            + " |",
+            "",
+        ]
+    for k in ("parties_fig5", "parties_fig6", "parties_sec43"):
+        if k in report:
+            sec = report[k]
+            L += [
+                f"## {sec['source']}",
+                "",
+                f"Paper: {sec['statement']}. Holds: {'yes' if sec['holds'] else 'NO'}.",
+                "",
+            ]
+            L += [
+                f"```\n{json.dumps({x: y for x, y in sec.items() if x not in ('source', 'statement')}, indent=1)[:4000]}\n```",
+                "",
+            ]
     L += ["## Qualitative facts", "", "| fact | source | holds | detail |", "|---|---|---|---|"]
     for f in report["facts"]:
         L.append(
             f"| {f['name']} | {f['source']} | {'yes' if f['holds'] else 'NO'} | `{json.dumps(f['detail'])}` |"
         )
     return "\n".join(L) + "\n"
+
+
+def _brief(key: str, sec: dict) -> str:
+    """One line of the measured figures of a figure section, for the goals table."""
+    if key == "parties_fig2":
+        bad = [
+            f"{c['app']}@{c['load_pct']}%"
+            for c in sec["checks"]
+            if not (c["cores_needed"] and c["ways_reducible"] and c["freq_reducible"])
+        ]
+        return "every app" if not bad else "misses: " + ", ".join(bad)
+    if key == "parties_fig3":
+        return f"least memory meeting 90% load: {sec['least_memory_meeting_gb']} GB"
+    return sec.get("brief", "see below")
+
+
+def _fig2_markdown(f2: dict) -> list[str]:
+    L = ["## PARTIES Fig. 2: fewest cores meeting QoS per LLC ways (turbo), each app alone", ""]
+    L += [
+        f"Paper: {f2['statement']}. MongoDB on one core at the lowest frequency at 90%: {'meets' if f2['mongodb_one_core_lowest_freq_at_90pct'] else 'MISSES'}.",
+        "",
+    ]
+    ways = list(f2["grid"][0]["min_cores_per_ways"])
+    L += [
+        "| app | load | "
+        + " | ".join(f"{w} ways" for w in ways)
+        + " | least freq, all cores+ways (MHz) | cores tightest |"
+    ]
+    L += ["|---|---|" + "---|" * (len(ways) + 2)]
+    for r in f2["grid"]:
+        cells = ["x" if v is None else str(v) for v in r["min_cores_per_ways"].values()]
+        L.append(
+            f"| {r['app']} | {r['load_pct']}% | "
+            + " | ".join(cells)
+            + f" | {r['min_freq_mhz_with_all'] or 'x'} | {'yes' if r['cores_tightest'] else 'no'} |"
+        )
+    return [*L, "", "x: QoS missed even with every core.", ""]
 
 
 def _ckey(k: str) -> tuple:
@@ -443,4 +633,59 @@ def plots(report: dict, out: Path) -> list[Path]:
     paths.append(out / "coco_table1.png")
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
+    if "parties_fig2" in report:
+        paths.append(_plot_fig2(report["parties_fig2"], out / "fig2_cores_ways.png"))
+    if "parties_fig3" in report:
+        paths.append(_plot_fig3(report["parties_fig3"], out / "fig3_mongodb_memory_disk.png"))
     return paths
+
+
+def _plot_fig2(f2: dict, path: Path) -> Path:
+    """PARTIES Fig. 2 style: per app and load, the (cores, ways) cells meeting QoS at turbo."""
+    import matplotlib.pyplot as plt
+
+    grid = f2["grid"]
+    fig, axs = plt.subplots(2, len(APPS), figsize=(2.2 * len(APPS), 5.2), sharex=True, sharey=True)
+    for r in grid:
+        i = FIG2_LOADS.index(r["load_pct"] / 100)
+        j = APPS.index(r["app"])
+        ax = axs[i, j]
+        ways = [int(w) for w in r["min_cores_per_ways"]]
+        ok = np.zeros((FIG2_CORES, len(ways)))
+        for k, c in enumerate(r["min_cores_per_ways"].values()):
+            if c is not None:
+                ok[c - 1 :, k] = 1
+        ax.imshow(ok, origin="lower", cmap="Greens", vmin=0, vmax=1.3, aspect="auto")
+        ax.set_title(f"{r['app']} {r['load_pct']}%", fontsize=8)
+        ax.set_xticks(range(len(ways)), [str(w) for w in ways], fontsize=6)
+        ax.set_yticks(range(0, FIG2_CORES, 2), [str(c + 1) for c in range(0, FIG2_CORES, 2)], fontsize=6)
+    for ax in axs[-1]:
+        ax.set_xlabel("LLC ways", fontsize=8)
+    for ax in axs[:, 0]:
+        ax.set_ylabel("cores", fontsize=8)
+    fig.suptitle("QoS met (green) at turbo, each app alone (cf. PARTIES Fig. 2a-b)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _plot_fig3(f3: dict, path: Path) -> Path:
+    """PARTIES Fig. 3 style: MongoDB's least disk bandwidth per memory at 90% load."""
+    import matplotlib.pyplot as plt
+
+    mem = [float(m) for m in f3["min_disk_mbps_per_memory_gb"]]
+    need = [np.nan if v is None else v for v in f3["min_disk_mbps_per_memory_gb"].values()]
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    ax.plot(mem, need, marker="o")
+    for m, v in zip(mem, need):
+        if np.isnan(v):
+            ax.plot(m, 0, marker="x", color="r")
+    ax.axvline(60, color="k", ls=":", lw=0.8)
+    ax.set_xlabel("memory (GB)")
+    ax.set_ylabel("least disk bandwidth meeting QoS (MB/s)")
+    ax.set_title("MongoDB at 90% load (cf. PARTIES Fig. 3; x: no bandwidth suffices)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

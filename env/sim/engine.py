@@ -71,10 +71,12 @@ class Layout:
 def lc_profile_of(scn: Scenario, i: int) -> LcProfile:
     """The i-th app's profile as deployed by the scenario: its deployment overrides applied, and
     one worker thread per managed core of the node unless `threads` is overridden (an app can then
-    use every core a controller gives it; PARTIES Fig. 2 sweeps up to 14 cores). The profile's own
-    `threads` is the reference deployment of PARTIES Sec. 3.3 (8 threads), which defines its knee."""
+    use every core a controller gives it; PARTIES Fig. 2 sweeps up to 14 cores) or its threads serve
+    connections rather than cores (`threads_follow_cores: false`, MongoDB's thread per client
+    connection). The profile's own `threads` is the reference deployment of PARTIES Sec. 3.3 (8
+    threads), which defines its knee."""
     prof = scn.lc_profiles[i]
-    kw: dict = {"threads": scn.platform_spec.cores}
+    kw: dict = {"threads": scn.platform_spec.cores} if prof.threads_follow_cores else {}
     for k, v in scn.apps[i].overrides.items():
         kw[k] = int(v) if k == "threads" else float(v)
     for k, f in scn.apps[i].perturb.items():
@@ -144,6 +146,8 @@ def platform_row(pl: Platform) -> np.ndarray:
     r[M.PL_DISK_IOPS] = pl.disk.iops
     r[M.PL_DISK_SEQ] = pl.disk.seq_mbps
     r[M.PL_DISK_SLICE_S] = pl.disk.slice_ms / 1000
+    r[M.PL_DISK_NCQ] = pl.disk.ncq_exponent
+    r[M.PL_DISK_QD] = pl.disk.queue_depth
     r[M.PL_NET_GBPS] = pl.network.gbps
     r[M.PL_NET_CONG_S] = pl.network.congestion_delay_ms / 1000
     r[M.PL_SCHED_S] = pl.sched_wakeup_delay_ms / 1000
@@ -204,6 +208,7 @@ def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
     r[M.P_NET_GBIT] = prof.net_bytes_per_req * 8 / 1e9
     r[M.P_FLOWS] = prof.net_flows
     r[M.P_BASE_S] = prof.base_latency_us / 1e6
+    r[M.P_HOLD_S] = prof.hold_us / 1e6
     r[M.P_CV2] = prof.service_cv2
     r[M.P_DET] = prof.service_det
     r[M.P_PERTHREAD] = 1.0 if prof.queue == "per_thread" else 0.0

@@ -155,6 +155,18 @@ def mongodb_memory(memory_gb: float, disk_mbps: float | None = None) -> Setup:
     return alone("mongodb", cores=8, memory_gb={"mongodb": memory_gb}, disk_mbps=disk)
 
 
+def fig2_setup(app: str, load: float, cores: int, ways: int, freq_mhz: int | None = None) -> Setup:
+    """PARTIES Sec. 3.4.1 / Fig. 2a-b: the app alone on `cores` cores and `ways` LLC ways (at
+    `freq_mhz`, default the top level: turbo), deployed as on the managed node (a worker thread per
+    core of the node, so that every core given can be used)."""
+    from env.sim.profiles import load_lc_profile
+
+    prof = load_lc_profile(app)
+    ov = {"threads": load_platform("parties").cores} if prof.threads_follow_cores else {}
+    freq = None if freq_mhz is None else {app: freq_mhz}
+    return alone(app, cores=cores, ways={app: ways}, freq_mhz=freq, overrides=ov).at_loads({app: load})
+
+
 FUNGIBLE_TUPLES = ((10, 11, 3600), (14, 11, 1800), (14, 2, 2200))  # <cores, ways, MHz> that meet
 SMALL_TUPLE = (4, 2, 1200)  # ... and one that does not
 
@@ -301,7 +313,9 @@ def grid_max_load(pmeet_at_grid: np.ndarray, threshold: float = MEET_THRESHOLD) 
 def run_window(setup: Setup, seed: int, warmup_s: float = WARMUP_S, measure_s: float = MEASURE_S) -> dict:
     """Run the set-up on a SimNode. Returns, per LC app, the requests of the measured window, the
     expected number slower than the target, and the fraction of 500 ms intervals that met it."""
-    node = SimNode(setup.scenario, seed=seed, initial=setup.allocation)
+    node = SimNode(
+        setup.scenario, seed=seed, initial=setup.allocation, histograms=False
+    )  # tails read exactly
     dt = node.capabilities().interval_s
     n_warm, n_meas = round(warmup_s / dt), round(measure_s / dt)
     names = [a.name for a in node.capabilities().lc_apps]

@@ -88,7 +88,9 @@ PL_MIG_PEN = 27
 PL_DT = 28
 PL_LLC_STREAM_W = 29  # weight of streamed lines in LLC sharing (adaptive, scan-resistant insertion)
 PL_SCHED_SLICE_S = 30  # CFS time slice: requests longer than this are stretched by time-sharing
-NPL = 31
+PL_DISK_NCQ = 31  # NCQ exponent: d outstanding random reads complete at iops x d^ncq
+PL_DISK_QD = 32  # the device's command queue depth
+NPL = 33
 
 # ---- component parameters -----------------------------------------------------------------------
 P_ACTIVE = 0
@@ -125,7 +127,8 @@ P_IOS = 30  # sequential disk reads per page-cache miss event (index + data page
 P_LLC_ALPHA = 31  # power-law exponent of the miss curve
 P_DET = 32  # deterministic share of the service time (the rest is exponential): cv^2 = (1 - det)^2
 P_PRESS = 33  # how much this workload's thread slows its sibling hyperthread (compute hog = 1)
-P_GTAB = 34  # LC: G(x_j) = integral_0^x_j dx / m(x) (MB) at x_j = footprint * GRID[j] (Che's working set)
+P_HOLD_S = 34  # LC: thread time per request besides CPU and disk reads (s)
+P_GTAB = 35  # LC: G(x_j) = integral_0^x_j dx / m(x) (MB) at x_j = footprint * GRID[j] (Che's working set)
 NG = 24
 NP = P_GTAB + NG
 GRID = np.geomspace(1e-6, 1.0, NG)
@@ -293,6 +296,32 @@ def _water_fill(prm_b, need_gb, rate, tau, out, nw):
         out[w] = min(need_gb[w], keep * PAGE_GB)
         used += out[w]
     return used
+
+
+@njit(cache=True)
+def _ncq_read_time(x, iops, gamma, qd, nmax):
+    """Mean time (s) a random read spends at the disk, queue and service, at x reads/s: a
+    birth-death chain whose service rate with n reads outstanding is iops x min(n, qd)^gamma
+    (command queueing shortens seeks as the queue deepens; gamma = 0 is a FIFO disk, M/M/1), with
+    at most `nmax` outstanding (the threads that can wait on a read); Little's law on the reads
+    the chain accepts. Past saturation the chain sits at nmax and the read time is nmax over the
+    disk's rate there: the threads' pool, not the disk, then holds the rest."""
+    if x <= 0.0 or nmax < 0.5:
+        return 1.0 / iops
+    nm = max(1, int(nmax + 0.5))
+    wgt = 1.0
+    tot = 1.0
+    num = 0.0
+    for n in range(1, nm + 1):
+        wgt *= x / (iops * min(float(n), qd) ** gamma)
+        tot += wgt
+        num += n * wgt
+        if tot > 1e150:
+            wgt *= 1e-150
+            tot *= 1e-150
+            num *= 1e-150
+    accepted = x * (1.0 - wgt / tot)
+    return max((num / tot) / max(accepted, 1e-12), 1.0 / (iops * min(float(nm), qd) ** gamma))
 
 
 @njit(cache=True)
@@ -504,8 +533,6 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
     tmp3 = np.zeros(nw)
     coef = np.zeros(MAXT)
     rt = np.zeros(MAXT)
-    disk_dem = np.zeros(nw)
-    ones = np.ones(nw)
     scratch = np.zeros(nw)
     scratch2 = np.zeros(nw)
     active = np.zeros(nw, dtype=np.bool_)
@@ -824,12 +851,28 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 cap_t = cap_mb / seqbw
             tmp[w] = min(d, cap_t) if d > 0.0 else 0.0
         _maxmin(tmp, tmp2, 1.0, tmp3, nw, active)  # tmp3 = disk-time shares actually used
-        for w in range(nw):
-            disk_dem[w] = tmp[w]
         seq_share = 0.0
         for w in range(nw):
             if prm[b, w, P_ACTIVE] > 0.5 and prm[b, w, P_SEQ_MB] > 0.0:
                 seq_share += tmp3[w]
+        # random reads share one device queue (NCQ): their rate, at most each app's blkio cap, and
+        # the threads that can wait on them bound the queue. A sequential stream takes the disk
+        # time the random readers leave, but the I/O scheduler gives a process with reads pending
+        # its fair slice (CFQ: half the disk against one stream), so it holds at most half of it
+        x_reads = 0.0
+        waiters = 0.0
+        for w in range(nw):
+            p = prm[b, w]
+            if p[P_ACTIVE] < 0.5 or p[P_PAGES] * mm[w] <= 1e-9:
+                continue
+            cap_reads = alloc[b, w, A_DISK] * 1000.0 / max(p[P_IO_KB], 4.0)
+            x_reads += min(rate[w] * p[P_PAGES] * mm[w] * p[P_IOS], cap_reads)
+            waiters += p[P_THREADS]
+        if x_reads > 0.0:
+            seq_share = min(seq_share, 0.5)
+        t_read = _ncq_read_time(
+            x_reads, iops * max(1.0 - seq_share, 0.02), pl[PL_DISK_NCQ], pl[PL_DISK_QD], waiters
+        )
         # ---------------- 7b. network --------------------------------------------------------
         link = pl[PL_NET_GBPS]
         for w in range(nw):
@@ -889,23 +932,28 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             lam = _offered(arrivals, state, b, w) / dt
             svc = p[P_SREF] * slow[w] / max(speed[w], 1e-6)  # per hardware thread
             cpu_cap = max(hw[w], 1e-9) / svc  # requests/s at saturation
-            # disk: miss events per request, each `ios` sequential reads on this app's disk share;
-            # a competing sequential stream holds the disk for up to a scheduler slice per event
+            # disk: miss events per request, each `ios` reads through the shared device queue
+            # (t_read) and this app's blkio throttle (a token bucket: M/D/1 wait); a competing
+            # sequential stream holds the disk for up to a scheduler slice per event. A thread
+            # waits for its reads: the request holds it for its CPU and I/O time, so an I/O-bound
+            # app's capacity is its threads over that holding time (its knee: every thread blocked
+            # on the disk) and two of them share a deeper, faster-served device queue.
             mf = p[P_PAGES] * mm[w]
             ios = p[P_IOS]
             q_io = 0.0
             r_io = 0.0
-            disk_cap = 1e300
+            io_cap = 1e300  # requests/s the threads (and the throttle) allow
+            t_hold = svc
             if mf > 1e-9:
-                cap_t = (alloc[b, w, A_DISK] * 1000.0 / max(p[P_IO_KB], 4.0)) / iops
-                fair = _greedy_share(disk_dem, ones, 1.0, w, cap_t, scratch, scratch2, nw, active)
-                mu_d = max(fair, tmp3[w], 1e-9) * iops
-                lam_d = lam * mf * ios
-                disk_cap = mu_d / (mf * ios)
-                per_read = 1.0 / max(mu_d - lam_d, 0.02 * mu_d)
+                cap_reads = alloc[b, w, A_DISK] * 1000.0 / max(p[P_IO_KB], 4.0)
+                lam_r = lam * mf * ios
+                rho_t = min(lam_r / max(cap_reads, 1e-9), 0.995)
+                per_read = t_read + rho_t / (2.0 * max(cap_reads, 1e-9) * (1.0 - rho_t))
                 per_event = ios * per_read + seq_share * pl[PL_DISK_SLICE_S] * 0.5
                 q_io = 1.0 - math.exp(-mf)
                 r_io = 1.0 / (per_event * mf / q_io)
+                t_hold = svc + p[P_HOLD_S] + mf * per_event
+                io_cap = min(nthr / t_hold, cap_reads / (mf * ios))
             # network
             bits = p[P_NET_GBIT]
             net_cap = 1e300
@@ -916,7 +964,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 net_cap = avail / bits
                 if net_cap > lam:
                     r_net = net_cap - lam
-            mu_tot = min(cpu_cap, disk_cap, net_cap)
+            mu_tot = min(cpu_cap, io_cap, net_cap)
             rho = lam / cpu_cap
             o[O_RHO] = rho
             o[O_CAP] = mu_tot
@@ -924,21 +972,44 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             lam_q = min(lam, 0.995 * mu_tot, 0.995 * cpu_cap)
             # Servers: with fewer hardware threads than software threads, short requests run at
             # full speed within a CFS slice (the hardware threads are the servers; waiting for a
-            # slice is the scheduling-delay term), long ones span slices and are stretched (every
-            # software thread is a slower server). Capacity is the same either way.
+            # slice is the scheduling-delay term), long ones span slices and are stretched by the
+            # requests in service beyond the hardware threads (processor sharing). Those are the
+            # requests the pool takes in while every hardware thread is busy: the mean queue of
+            # M/M/c on the hardware threads (Erlang C), none at low load, all the pool's threads
+            # in saturation. Capacity is the same either way.
             mix = min(1.0, svc / pl[PL_SCHED_SLICE_S])
-            servers = max(1.0, min(hw[w], nthr) + mix * max(0.0, nthr - hw[w]))
-            if p[P_PERTHREAD] > 0.5:  # connections pinned to threads: one queue per server
-                c = 1
-                lam_c = lam_q / servers
-                mu = cpu_cap / servers
-            else:  # one queue for the thread pool
-                c = max(1, int(servers + 0.5))
+            base = max(1.0, min(hw[w], nthr))
+            extra = max(0.0, nthr - hw[w])
+            if extra > 0.0 and mix > 0.0:
+                cb = max(1, int(base + 0.5))
+                rho_b = lam_q * svc / cb
+                if rho_b >= 1.0:
+                    lq = extra
+                elif p[P_PERTHREAD] > 0.5:
+                    lq = cb * rho_b * rho_b / (1.0 - rho_b)
+                else:
+                    lq = _erlang_c(cb, lam_q * svc) * rho_b / (1.0 - rho_b)
+                extra = min(extra, lq)
+            servers = base + mix * extra
+            if io_cap < cpu_cap:  # I/O-bound: requests wait for a thread of the pool (holding t_hold)
+                c = max(1, int(nthr + 0.5))
                 lam_c = lam_q
-                mu = cpu_cap / c
-            a = lam_c / mu
-            cw = _erlang_c(c, a) if lam_c > 0.0 else 0.0
-            theta = (c * mu - lam_c) * 2.0 / (1.0 + p[P_CV2])
+                mu = 1.0 / max(svc, 1e-12)  # the CPU part runs at full speed on its own thread
+                a = lam_c * t_hold
+                cw = _erlang_c(c, a) if lam_c > 0.0 else 0.0
+                theta = max(c / t_hold - lam_c, 1e-9)  # holding times ~ exponential (the reads)
+            else:
+                if p[P_PERTHREAD] > 0.5:  # connections pinned to threads: one queue per server
+                    c = 1
+                    lam_c = lam_q / servers
+                    mu = cpu_cap / servers
+                else:  # one queue for the thread pool
+                    c = max(1, int(servers + 0.5))
+                    lam_c = lam_q
+                    mu = cpu_cap / c
+                a = lam_c / mu
+                cw = _erlang_c(c, a) if lam_c > 0.0 else 0.0
+                theta = (c * mu - lam_c) * 2.0 / (1.0 + p[P_CV2])
             # service time: a deterministic part det/mu (added to the shift below) plus an
             # exponential remainder of mean (1 - det)/mu (det = 0: exponential, M/M/1 exact),
             # then the Erlang-C wait in front of it
@@ -977,7 +1048,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                     wb = q0 / mu_tot
                 q1 = 0.0
             state[b, w, S_Q] = q1
-            shift = p[P_BASE_S] + congest + det / mu
+            shift = p[P_BASE_S] + p[P_HOLD_S] + congest + det / mu
             d = dist[b, w]
             d[D_N] = nt
             for j in range(nt):

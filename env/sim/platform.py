@@ -74,12 +74,18 @@ class MemorySpec:
 
 @dataclass(frozen=True)
 class DiskSpec:
-    """The disk: random IOPS, sequential MB/s, the allocation step and the scheduler's time slice."""
+    """The disk: random IOPS, sequential MB/s, the allocation step and the scheduler's time slice.
 
-    iops: float  # random reads per second
+    With d random reads outstanding the disk completes iops x min(d, queue_depth)^ncq_exponent reads
+    per second: command queueing (NCQ) and the elevator reorder the queue to shorten seeks, so a
+    deeper queue is served faster (0 = a FIFO disk, 1 = perfect parallelism)."""
+
+    iops: float  # random reads per second, one outstanding
     seq_mbps: float  # sequential bandwidth
     step_mbps: float
     slice_ms: float = 100.0  # I/O scheduler time slice a competing stream can hold the disk for
+    ncq_exponent: float = 0.0
+    queue_depth: int = 32  # the device's command queue (NCQ: 32)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,13 @@ class LcProfile:
     io_kb: float  # KB per disk read
     net_bytes_per_req: float  # PARTIES Table 2 network bandwidth / max load
     ios_per_miss: float = 1.0  # sequential disk reads per page-cache miss event (index + data pages)
+    # time a request holds its worker thread besides its CPU time and disk reads (synchronous waits in
+    # the storage engine and the network stack; fitted where it matters: MongoDB, whose knee is its
+    # threads, not its disk, PARTIES Sec. 5.2.1)
+    hold_us: float = 0.0
+    threads_follow_cores: bool = (
+        True  # deployed with one worker thread per managed core (engine.lc_profile_of)
+    )
     llc_alpha: float = 1.0
     smt_pressure: float = 0.5  # how much its thread slows its sibling, relative to a compute hog (1)
     service_cv2: float = 1.0  # variability stretching the queueing wait ((1 + cv2)/2, Allen-Cunneen)

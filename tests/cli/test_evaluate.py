@@ -243,7 +243,7 @@ def test_greedy_search_with_a_fake_point_oracle(monkeypatch):
     # 4 points for the equal-load binary search (50, 20, 30, 40 each), 3 new raises in round 1 and 3
     # in round 2 (moses to 40% is the all-40% point of the binary search: memoised)
     assert points == 10
-    emu, pt, _ = maxload.serial_grid("static", ["memcached", "xapian", "nginx"], proto, [])
+    emu, pt, _, _ = maxload.serial_grid("static", ["memcached", "xapian", "nginx"], proto, [])
     assert emu == pytest.approx(1.5)
     # duplicate apps get distinct instance names
     assert maxload.instance_names(["mongodb", "nginx", "mongodb"]) == ["mongodb", "nginx", "mongodb-2"]

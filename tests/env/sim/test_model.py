@@ -260,3 +260,55 @@ def test_lru_sharing_reusing_thrashers_squeeze_an_app_but_a_scan_does_not():
     assert reuse < 0.25 * min(scan, llc_sized)
     # every member of the shared partition together holds at most the partition
     assert float(out[2, 0, :, M.O_LLC].sum()) <= llc * (1 + 1e-6)
+
+
+# ---- a thread pool over few cores; threads blocked on the disk ---------------------------------------
+def test_a_pool_over_few_cores_is_stretched_only_by_requests_beyond_the_hardware_threads():
+    """14 worker threads on 2 cores: at low load only ~1 request is in service, so it runs at full
+    speed (PARTIES Fig. 2: Moses meets QoS at 30% load on a few cores); near saturation the pool's
+    extra threads time-share the cores and stretch long requests."""
+    from env.sim.experiments import alone, fig2_setup
+
+    def p99(cores: int, load: float) -> float:
+        out, _, _ = analytic_outputs([fig2_setup("moses", load, cores, 20)], np.array([load]))
+        return float(out[0, 0, 0, M.O_P99])
+
+    assert p99(2, 0.1) == pytest.approx(p99(14, 0.1), rel=0.25)  # no stretch at low load
+    assert p99(2, 0.1) < 0.015  # within Moses' 15 ms target
+
+    def sphinx_p99(threads: int, load: float) -> float:  # long requests: every extra thread shares
+        s = alone("sphinx", cores=2, overrides={"threads": threads}).at_loads({"sphinx": load})
+        out, _, _ = analytic_outputs([s], np.array([load]))
+        return float(out[0, 0, 0, M.O_P99])
+
+    assert sphinx_p99(14, 0.1) == pytest.approx(sphinx_p99(4, 0.1), rel=1e-6)  # 4 = its hardware threads
+    assert sphinx_p99(14, 0.3) > 1.1 * sphinx_p99(4, 0.3)  # queued requests time-share instead of waiting
+
+
+def test_ncq_read_time_is_mm1_for_a_fifo_disk_and_faster_with_command_queueing():
+    iops = 180.0
+    for x in (20.0, 90.0, 150.0):
+        assert M._ncq_read_time(x, iops, 0.0, 32.0, 1000.0) == pytest.approx(1.0 / (iops - x), rel=1e-3)
+    # command queueing: the same reads wait less, and a deeper queue is served faster than iops
+    assert M._ncq_read_time(150.0, iops, 0.25, 32.0, 1000.0) < 0.5 * M._ncq_read_time(
+        150.0, iops, 0.0, 32.0, 1000.0
+    )
+    assert math.isfinite(M._ncq_read_time(400.0, iops, 0.25, 32.0, 16.0))  # past the FIFO disk's capacity
+    # bounded by the threads that can wait on a read: past saturation the read time is n / rate(n)
+    assert M._ncq_read_time(1e6, iops, 0.25, 32.0, 8.0) == pytest.approx(8.0 / (iops * 8.0**0.25), rel=1e-3)
+
+
+def test_mongodbs_knee_is_its_threads_blocked_on_reads():
+    """PARTIES Sec. 5.2.1: an I/O-bound app's capacity is its threads over the time a request holds
+    one (CPU, hold, reads); more connections (threads) serve more of the same load."""
+    from env.sim.experiments import alone
+
+    def cap(threads: int) -> float:
+        s = alone("mongodb", cores=8, overrides={"threads": threads})
+        out, _, _ = analytic_outputs([s], np.array([0.5]))
+        return float(out[0, 0, 0, M.O_CAP])
+
+    assert cap(16) > 1.5 * cap(8)  # the disk has room: the threads are the knee
+    s8 = alone("mongodb", cores=8)
+    out, _, _ = analytic_outputs([s8], np.array([0.5, 1.0]))
+    assert out[0, 1, 0, M.O_CAP] < out[0, 0, 0, M.O_CAP]  # reads wait longer as the disk's queue deepens
