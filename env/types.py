@@ -571,6 +571,9 @@ class AppSample(QosVerdict):
     controller must not treat it as a measurement (DESIGN §3: never a zero). `histogram` holds the
     latencies of the interval's requests (`env.histogram`; a window's tail is read off the sum of
     its intervals', DESIGN §5); None where the node has no histogram (a feed that sends only p99).
+    `sub_p99_us` is the p99 of each equal sub-interval of the interval, in order (the 100 ms samples
+    PARTIES' own code reads, `manager/PARTIES.py` INTERVAL = 0.1), NaN for a sub-interval in which
+    no request completed; empty where the node reports none.
     """
 
     name: str
@@ -584,6 +587,7 @@ class AppSample(QosVerdict):
     usage: Usage
     valid: bool = True
     histogram: LatencyHistogram | None = None  # the interval's requests; None: the node has none
+    sub_p99_us: tuple[float, ...] = ()  # p99 of each sub-interval (NaN: no request); (): none reported
 
 
 @dataclass(frozen=True, slots=True)

@@ -614,6 +614,7 @@ class LinuxNode:
                     usage=usages[spec.name],
                     valid=valid,
                     histogram=r.histogram if fresh and new and r is not None else None,
+                    sub_p99_us=r.sub_p99_us if fresh and new and r is not None else (),
                 )
             )
         bes = []

@@ -380,9 +380,10 @@ class FakeFeed:
         rps: float,
         requests: int = 100,
         histogram: LatencyHistogram | None = None,
+        sub_p99_us: tuple[float, ...] = (),
     ) -> None:
         self.readings[app] = LatencyReading(
-            app, self.clock(), p99_us, rps, requests=requests, histogram=histogram
+            app, self.clock(), p99_us, rps, requests=requests, histogram=histogram, sub_p99_us=sub_p99_us
         )
 
     def latest(self, app: str):

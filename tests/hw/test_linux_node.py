@@ -130,18 +130,20 @@ def test_observe_fresh_stale_and_silent_feed(node, v1_host, clock, feed):
     assert obs.allocation == node.current_allocation()
 
 
-def test_a_readings_histogram_enters_one_sample_only(node, clock, feed):
+def test_a_readings_histogram_and_sub_interval_p99s_enter_one_sample_only(node, clock, feed):
     from env.histogram import LatencyHistogram
 
     node.reset()
     h = LatencyHistogram.of_values_us([100.0, 200.0, 400.0])
-    feed.put("mc", p99_us=400.0, rps=6.0, requests=3, histogram=h)
+    feed.put("mc", p99_us=400.0, rps=6.0, requests=3, histogram=h, sub_p99_us=(100.0, 400.0))
     clock.advance(0.5)
     first = node.observe().app("mc")
     assert first.valid and first.histogram == h and first.requests == 3
+    assert first.sub_p99_us == (100.0, 400.0)  # the sub-interval p99s ride with the histogram
     clock.advance(0.5)  # no newer reading: the same one again, still fresh
     again = node.observe().app("mc")
     assert again.valid and again.p99_us == 400.0 and again.histogram is None  # not counted twice
+    assert again.sub_p99_us == ()
     feed.put("mc", p99_us=300.0, rps=6.0, requests=3, histogram=h)
     clock.advance(0.5)
     assert node.observe().app("mc").histogram == h
