@@ -300,11 +300,26 @@ def alloc_rows(layout: Layout, alloc: Allocation, prev: Allocation | None) -> np
             continue
         a = alloc[comp.entity]
         _fill(r, a)
+        r[M.A_SHARES] *= _cpu_weight_part(layout, w)
         if prev is not None and comp.entity in prev:
             p = prev[comp.entity]
             r[M.A_MOVED] = float(p.cores != a.cores or p.core_group != a.core_group)
             r[M.A_FLUSH] = float(p.clos != a.clos)
     return rows
+
+
+def _cpu_weight_part(layout: Layout, w: int) -> float:
+    """Component w's part of its entity's CFS weight: a BE job's thread classes share one cgroup,
+    so its weight is split in proportion to their runnable threads (they then saturate together,
+    as the cgroup's threads would)."""
+    comp = layout.components[w]
+    idx = layout.be.get(comp.entity, ())
+    if len(idx) < 2:
+        return 1.0
+    prof = comp.profile
+    assert isinstance(prof, BatchProfile)
+    runnable = [c.threads * c.cpu_util for c in prof.classes]
+    return runnable[comp.cls] / sum(runnable) if sum(runnable) > 0 else 1.0 / len(idx)
 
 
 def _fill(r: np.ndarray, a: AppAlloc) -> None:
@@ -318,6 +333,7 @@ def _fill(r: np.ndarray, a: AppAlloc) -> None:
     r[M.A_DISK] = a.disk_mbps
     r[M.A_NET] = a.net_gbps
     r[M.A_QUOTA] = a.cpu_quota
+    r[M.A_SHARES] = a.cpu_shares
 
 
 # ---- derived constants --------------------------------------------------------------------------

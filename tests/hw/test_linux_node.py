@@ -149,6 +149,20 @@ def test_a_readings_histogram_and_sub_interval_p99s_enter_one_sample_only(node, 
     assert node.observe().app("mc").histogram == h
 
 
+def test_cpu_shares_are_written_read_back_and_restored(node, v1_host):
+    """Intel PRM sets cpu.shares 200000 for LC and 2 for BE containers (eris/eris.py:249-253)."""
+    node.reset()
+    a = split(node).replace_app("mc", cpu_shares=200_000).replace_app("be", cpu_shares=2)
+    got = node.apply(a)
+    assert (got["mc"].cpu_shares, got["be"].cpu_shares) == (200_000, 2)
+    shares = {app: (v1_host.cgroup_root / "cpu" / app / "cpu.shares") for app in ("mc", "be")}
+    assert shares["mc"].read_text() == "200000" and shares["be"].read_text() == "2"
+    got = node.apply(got.replace_app("be", cpu_shares=0))  # not set again: the kernel's default
+    assert got["be"].cpu_shares == 0 and shares["be"].read_text() == "1024"
+    node.close()
+    assert shares["mc"].read_text() == "1024"  # as found
+
+
 def test_runtime_write_error_keeps_last_good_value_and_counts(node, v1_host):
     a = split(node)
     node.apply(a)
