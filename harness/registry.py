@@ -74,7 +74,7 @@ def _prm(variant: str) -> ControllerFactory:
     def factory(ctx: ControllerContext, arg: str | None) -> Controller:
         from baselines import prm
 
-        return prm.make(variant, ctx)
+        return prm.make(variant if arg is None else f"{variant}:{arg}", ctx)
 
     return factory
 
@@ -121,7 +121,12 @@ REGISTRY: dict[str, Entry] = {
         arg="CONFIG",
         optional_arg=True,
     ),
-    "prm": Entry(_prm("prm"), "Intel PRM NaiveController, CPU quota + CAT (Q-PRM thesis Sec. 4.1)"),
+    "prm": Entry(
+        _prm("prm"),
+        "Intel PRM NaiveController, CPU quota + CAT (Q-PRM thesis Sec. 4.1); prm:exclusive-cat = --exclusive-cat",
+        arg="VARIANT",
+        optional_arg=True,
+    ),
     "prm-nocat": Entry(_prm("prm-nocat"), "Intel PRM NaiveController, CPU quota only (Q-PRM Table 6.1)"),
     "qprm-step": Entry(_prm("qprm-step"), "Q-PRM Step (Q-PRM thesis Sec. 4.2.2)"),
     "qprm-prop": Entry(_prm("qprm-prop"), "Q-PRM Proportional (Sec. 4.2.2)"),
