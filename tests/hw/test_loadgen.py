@@ -475,8 +475,8 @@ def test_sub_interval_p99s_show_a_stall_inside_the_interval():
         summary = LoadGenerator(cfg, publishers=[feed]).run_sync()
     first, last = summary.intervals[0], summary.intervals[-1]
     assert len(first.sub_p99_us) == len(last.sub_p99_us) == 5
-    assert max(first.sub_p99_us) >= 50_000 and min(first.sub_p99_us) < 10_000
-    assert max(last.sub_p99_us) < 10_000  # no stall in the second interval
+    assert max(first.sub_p99_us) >= 100_000 and min(first.sub_p99_us) < 30_000
+    assert max(last.sub_p99_us) < 30_000  # no stall in the second interval
     assert feed.latest("http").sub_p99_us == last.sub_p99_us
 
 
