@@ -19,6 +19,9 @@ Resource model (shared by the simulator and the real node):
 * CPU quota: optionally, `cpu_quota` caps the CPU time an app may use within its core group, in
   cores (CFS quota / period; 0 = no quota). Unused quota stays with the group's other apps, as
   Intel PRM throttles BE jobs inside a shared cpuset (Q-PRM thesis Sec. 4.1).
+* CPU shares: optionally, `cpu_shares` weighs an app's CPU time against the other apps of its core
+  group when they want more than the group's cores (CFS `cpu.shares`, `cpu.weight` on cgroup v2;
+  0 = not set: the OS default). Intel PRM gives LC apps 200000 and BE jobs 2 (`eris/cpuquota.py`).
 * frequency: a per-core cap (`freq_mhz`) on the app's cores; the highest level of
   `Capabilities.freq_levels_mhz` means turbo (the "performance" governor of PARTIES Table 3).
 * memory, disk and network are per-app limits (cgroup memory limit, blkio throttle, HTB ceil);
@@ -221,6 +224,7 @@ class AppAlloc:
     net_gbps: float
     mba_pct: int = 100
     cpu_quota: float = 0.0  # cores of CPU time within the core group; 0 = no quota
+    cpu_shares: int = 0  # CFS weight within the core group (cgroup v1 cpu.shares, 2..262144); 0 = not set
 
     def amount(self, resource: Resource) -> float:
         return {
@@ -233,6 +237,7 @@ class AppAlloc:
 
 
 _EPS = 1e-6
+MIN_CPU_SHARES, MAX_CPU_SHARES = 2, 262144  # cgroup v1 cpu.shares range
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,6 +487,10 @@ def validate_allocation(alloc: Allocation, caps: Capabilities) -> None:
             raise AllocationError(f"{a.name}.cores = {a.cores}: allowed {lo_cores}..{caps.cores}")
         if abs(a.cores / caps.core_step - round(a.cores / caps.core_step)) > 1e-6:
             raise AllocationError(f"{a.name}.cores = {a.cores}: must be a multiple of {caps.core_step}")
+        if a.cpu_shares != 0 and not (MIN_CPU_SHARES <= a.cpu_shares <= MAX_CPU_SHARES):
+            raise AllocationError(
+                f"{a.name}.cpu_shares = {a.cpu_shares}: allowed 0 (not set) or {MIN_CPU_SHARES}..{MAX_CPU_SHARES}"
+            )
         if not (0.0 <= a.cpu_quota <= a.cores + _EPS):
             raise AllocationError(
                 f"{a.name}.cpu_quota = {a.cpu_quota}: allowed 0 (none)..{a.cores} (its group's cores)"
@@ -571,6 +580,9 @@ class AppSample(QosVerdict):
     controller must not treat it as a measurement (DESIGN §3: never a zero). `histogram` holds the
     latencies of the interval's requests (`env.histogram`; a window's tail is read off the sum of
     its intervals', DESIGN §5); None where the node has no histogram (a feed that sends only p99).
+    `sub_p99_us` is the p99 of each equal sub-interval of the interval, in order (the 100 ms samples
+    PARTIES' own code reads, `manager/PARTIES.py` INTERVAL = 0.1), NaN for a sub-interval in which
+    no request completed; empty where the node reports none.
     """
 
     name: str
@@ -584,6 +596,7 @@ class AppSample(QosVerdict):
     usage: Usage
     valid: bool = True
     histogram: LatencyHistogram | None = None  # the interval's requests; None: the node has none
+    sub_p99_us: tuple[float, ...] = ()  # p99 of each sub-interval (NaN: no request); (): none reported
 
 
 @dataclass(frozen=True, slots=True)

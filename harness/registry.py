@@ -1,6 +1,6 @@
 """Controller spec strings -> controllers, for `evaluate.py`, `train.py`, `serve.py` and the tests.
 
-A spec is `name` or `name:ARG` (e.g. `unmanaged`, `parties`, `parties:my-parties.yaml`,
+A spec is `name` or `name:ARG` (e.g. `unmanaged`, `parties`, `parties:code`, `parties:my-parties.yaml`,
 `qprm-step`, `rl:runs/ppo/policy.pt`). Each entry of `REGISTRY` holds a factory
 `factory(context: ControllerContext, arg: str | None) -> Controller` (env.controller). The
 factories import their controller's module when called, so listing the specs (`--help`) imports
@@ -74,7 +74,7 @@ def _prm(variant: str) -> ControllerFactory:
     def factory(ctx: ControllerContext, arg: str | None) -> Controller:
         from baselines import prm
 
-        return prm.make(variant, ctx)
+        return prm.make(variant if arg is None else f"{variant}:{arg}", ctx)
 
     return factory
 
@@ -109,14 +109,24 @@ def _rl(ctx: ControllerContext, arg: str | None) -> Controller:
 REGISTRY: dict[str, Entry] = {
     "unmanaged": Entry(_unmanaged, "no isolation, OS-managed (PARTIES Sec. 5.2.3)"),
     "static": Entry(_static, "PARTIES' fair start held for ever (Alg. 1 initialization)"),
-    "parties": Entry(_parties, "PARTIES (ASPLOS'19) Sec. 4, Alg. 1-4", arg="CONFIG", optional_arg=True),
+    "parties": Entry(
+        _parties,
+        "PARTIES (ASPLOS'19) Sec. 4, Alg. 1-4; :code = as the authors' code runs it, :code-stats = its statistics only",
+        arg="CONFIG",
+        optional_arg=True,
+    ),
     "heracles": Entry(
         _heracles,
         "Heracles (ISCA'15) Sec. 4.5, Alg. 1-4; LC job = strictest QoS (PARTIES Sec. 5.2.2); offline DRAM model from the simulator",
         arg="CONFIG",
         optional_arg=True,
     ),
-    "prm": Entry(_prm("prm"), "Intel PRM NaiveController, CPU quota + CAT (Q-PRM thesis Sec. 4.1)"),
+    "prm": Entry(
+        _prm("prm"),
+        "Intel PRM NaiveController, CPU quota + CAT (Q-PRM thesis Sec. 4.1); prm:exclusive-cat = --exclusive-cat",
+        arg="VARIANT",
+        optional_arg=True,
+    ),
     "prm-nocat": Entry(_prm("prm-nocat"), "Intel PRM NaiveController, CPU quota only (Q-PRM Table 6.1)"),
     "qprm-step": Entry(_prm("qprm-step"), "Q-PRM Step (Q-PRM thesis Sec. 4.2.2)"),
     "qprm-prop": Entry(_prm("qprm-prop"), "Q-PRM Proportional (Sec. 4.2.2)"),

@@ -5,6 +5,10 @@ run's guard chain (clamp only unless said otherwise, `env.guards`); every number
 `env.metrics`. Every controller starts from PARTIES' fair allocation (the node's initial state).
 Seeds: run i of a scenario uses seed `scenario.seed + i` for the node; the controller's generator
 is `default_rng([seed, 1])`. Inputs are validated here before any output is created.
+
+The node reports the p99 of every 100 ms sub-interval beside each interval's p99 (`SimNode`
+`sub_interval_s`; the sampling period of PARTIES' own code, which `parties:code` reads); they come
+from a generator of their own, so no other controller's run changes.
 """
 
 from __future__ import annotations
@@ -44,6 +48,15 @@ class RunJob:
     verdict: str = "window"  # env.metrics.VERDICTS: the sustained rule
 
 
+SUB_INTERVAL_S = 0.1  # PARTIES' code samples latency every 100 ms (manager/PARTIES.py INTERVAL)
+
+
+def sub_interval_s(scenario: Scenario) -> float | None:
+    """`SUB_INTERVAL_S` when it divides the scenario's node interval evenly, else None (no sub-intervals)."""
+    n = scenario.platform_spec.interval_s / SUB_INTERVAL_S
+    return SUB_INTERVAL_S if n >= 1 and abs(n - round(n)) < 1e-9 else None
+
+
 def controller_rng(seed: int) -> np.random.Generator:
     """The controller's generator in a run seeded `seed` (the node's seed is `seed` itself)."""
     return np.random.default_rng([seed, 1])
@@ -51,7 +64,7 @@ def controller_rng(seed: int) -> np.random.Generator:
 
 def build_run(job: RunJob) -> tuple[SimNode, Controller]:
     """The run's node and its controller (not yet reset: `run_episode` resets it)."""
-    node = SimNode(job.scenario, seed=job.seed)
+    node = SimNode(job.scenario, seed=job.seed, sub_interval_s=sub_interval_s(job.scenario))
     ctx = ControllerContext(node.capabilities(), job.scenario, node, job.seed)
     return node, make_controller(job.controller, ctx)
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from env.types import MAX_CPU_SHARES, MIN_CPU_SHARES
 from hw.runner import HwInputError, KnobError, Sysfs
 from hw.state import Journal, JournalEntry
 
@@ -50,6 +51,7 @@ V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io")
 V1_UNLIMITED_BYTES = 1 << 62  # v1 reports "no limit" as a page-aligned LONG_MAX
 PAGE_BYTES = 4096
 MIN_QUOTA_US = 1000  # the kernel's lower bound for cfs_quota_us / cpu.max
+DEFAULT_CPU_SHARES = 1024  # the kernel's cpu.shares (cpu.weight 100 on v2) of a new cgroup
 
 
 @dataclass(frozen=True)
@@ -480,6 +482,30 @@ class Cgroups:
             self._write(d / "cpu.cfs_quota_us", str(-1 if quota is None else quota))
         return self.cpu_quota(ref)
 
+    # ---- cores: CFS shares ------------------------------------------------------------------------------
+    def cpu_shares(self, ref: CgroupRef) -> int:
+        """The CFS weight as cgroup v1 `cpu.shares` (2..262144; v2 `cpu.weight` converted back)."""
+        d = ref.dir("cpu")
+        if self.layout.version == 2:
+            return weight_to_shares(int(self.fs.read(d / "cpu.weight")))
+        return int(self.fs.read(d / "cpu.shares"))
+
+    def set_cpu_shares(self, ref: CgroupRef, shares: int) -> int:
+        """Write the CFS weight (v1 `cpu.shares`; v2 `cpu.weight` = the kernel's conversion of it,
+        1 + (shares - 2) x 9999 / 262142); returns what reads back, as shares."""
+        if not MIN_CPU_SHARES <= shares <= MAX_CPU_SHARES:
+            raise HwInputError(
+                f"{ref.name}: cpu.shares must be in {MIN_CPU_SHARES}..{MAX_CPU_SHARES}, got {shares}"
+            )
+        d = ref.dir("cpu")
+        if self.layout.version == 2:
+            weight = shares_to_weight(shares)
+            if int(self.fs.read(d / "cpu.weight")) != weight:
+                self._write(d / "cpu.weight", str(weight))
+        elif self.cpu_shares(ref) != shares:
+            self._write(d / "cpu.shares", str(shares))
+        return self.cpu_shares(ref)
+
     def _period(self, ref: CgroupRef) -> int:
         d = ref.dir("cpu")
         if self.layout.version == 2:
@@ -665,6 +691,16 @@ class Cgroups:
                 if self.fs.exists(f):
                     psi[k] = parse_pressure(self.fs.read(f))
         return CgroupUsage(cpu_s, thr_s, mem, ws, rd, wr, psi["cpu"], psi["memory"], psi["io"])
+
+
+def shares_to_weight(shares: int) -> int:
+    """cgroup v1 cpu.shares -> v2 cpu.weight (1..10000), the conversion runc and systemd use."""
+    return 1 + ((shares - MIN_CPU_SHARES) * 9999) // (MAX_CPU_SHARES - MIN_CPU_SHARES)
+
+
+def weight_to_shares(weight: int) -> int:
+    """cgroup v2 cpu.weight -> the v1 cpu.shares it stands for (inverse of `shares_to_weight`)."""
+    return MIN_CPU_SHARES + ((weight - 1) * (MAX_CPU_SHARES - MIN_CPU_SHARES) + 9998) // 9999
 
 
 def _page_up(n: int) -> int:

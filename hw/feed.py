@@ -6,7 +6,7 @@ appended to a file:
     {"app": "memcached", "t": 1732200000.25, "p99_us": 412.0, "rps": 4980.0,
      "p50_us": 95.0, "p999_us": 1310.0, "requests": 2490,
      "histogram": "HISTFAAAAC54nJNpmSzMwMDAzwABTFCaEUQwT25nsP8AETjOKHKUUWQmkGQWOcgiAgCicAe+",
-     "histogram_unit": "us"}
+     "histogram_unit": "us", "sub_p99_us": [398.0, 405.5, null, 420.0, 401.0]}
 
 | key        | required | meaning                                                                  |
 |------------|----------|--------------------------------------------------------------------------|
@@ -19,6 +19,7 @@ appended to a file:
 | `requests` | no       | how many latency samples the quantiles come from (integer >= 0)          |
 | `histogram`| no       | the interval's latencies: HdrHistogram's encoded form ("HISTF...", the V2 compressed base64 of wrk2 and the HdrHistogram interval logs) |
 | `histogram_unit` | no | the unit of the histogram's values: "ns", "us" (default, wrk2's), "ms" or "s" |
+| `sub_p99_us` | no   | the p99 of each equal sub-interval of the interval, in order (us, > 0; null: no response in it) |
 
 Other keys are ignored (room for extensions). A line that is not such an object (bad JSON, a
 missing or mistyped key, a latency <= 0, NaN, a histogram that does not decode, a `requests` that
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -75,6 +77,7 @@ class LatencyReading:
     p999_us: float = math.nan
     requests: int = 0
     histogram: LatencyHistogram | None = None  # the interval's latencies, when the writer sent them
+    sub_p99_us: tuple[float, ...] = ()  # p99 per sub-interval (NaN: none in it), when the writer sent them
 
 
 class LatencySource(Protocol):
@@ -96,6 +99,7 @@ class LatencyPublisher(Protocol):
         p999_us: float = math.nan,
         requests: int = 0,
         histogram: LatencyHistogram | None = None,
+        sub_p99_us: tuple[float, ...] = (),
     ) -> None: ...
 
 
@@ -123,9 +127,11 @@ def encode_line(
     p999_us: float = math.nan,
     requests: int = 0,
     histogram: LatencyHistogram | None = None,
+    sub_p99_us: tuple[float, ...] = (),
 ) -> bytes:
     """One wire-format line (with its newline). Optional values that are NaN (or None) are left
-    out; a histogram goes in HdrHistogram's encoded form with values in ns.
+    out; a histogram goes in HdrHistogram's encoded form with values in ns; a NaN sub-interval p99
+    is written as null.
 
     Raises FeedFormatError for values a reader would reject, so a writer finds its bug at once.
     """
@@ -139,6 +145,8 @@ def encode_line(
     if histogram is not None:
         obj["histogram"] = histogram.encode()
         obj["histogram_unit"] = "ns"
+    if sub_p99_us:
+        obj["sub_p99_us"] = [None if math.isnan(x) else x for x in sub_p99_us]
     line = json.dumps(obj, allow_nan=True, separators=(",", ":"))
     _validate(obj, line)
     return line.encode() + b"\n"
@@ -172,9 +180,22 @@ def _histogram(obj: dict, line: str) -> LatencyHistogram | None:
         raise FeedFormatError(f"histogram: {e} in {line[:200]!r}") from None
 
 
+def _sub_p99s(obj: dict, line: str) -> tuple[float, ...]:
+    subs = obj.get("sub_p99_us")
+    if subs is None:
+        return ()
+    if not isinstance(subs, list):
+        raise FeedFormatError(
+            f"sub_p99_us must be a list of numbers or nulls, got {subs!r} in {line[:200]!r}"
+        )
+    return tuple(
+        math.nan if x is None else _number({"sub_p99_us": x}, "sub_p99_us", line, positive=True) for x in subs
+    )
+
+
 def _validate(
     obj: object, line: str
-) -> tuple[str, float, float, float, float, float, int, LatencyHistogram | None]:
+) -> tuple[str, float, float, float, float, float, int, LatencyHistogram | None, tuple[float, ...]]:
     if not isinstance(obj, dict):
         raise FeedFormatError(f"expected a JSON object, got {type(obj).__name__} in {line[:200]!r}")
     missing = [k for k in ("app", "t", "p99_us", "rps") if k not in obj]
@@ -198,7 +219,7 @@ def _validate(
                 f"requests ({requests}) differs from the histogram's count ({hist.count}) in {line[:200]!r}"
             )
         requests = hist.count
-    return app, t, p99, rps, p50, p999, requests, hist
+    return app, t, p99, rps, p50, p999, requests, hist, _sub_p99s(obj, line)
 
 
 def parse_line(line: str | bytes, t_s: float) -> tuple[LatencyReading, float]:
@@ -219,8 +240,8 @@ def parse_line(line: str | bytes, t_s: float) -> tuple[LatencyReading, float]:
         obj = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
         raise FeedFormatError(f"not JSON ({e}) in {text[:200]!r}") from None
-    app, t, p99, rps, p50, p999, requests, hist = _validate(obj, text)
-    return LatencyReading(app, t_s, p99, rps, p50, p999, requests, hist), t
+    app, t, p99, rps, p50, p999, requests, hist, subs = _validate(obj, text)
+    return LatencyReading(app, t_s, p99, rps, p50, p999, requests, hist, subs), t
 
 
 # -- readers -----------------------------------------------------------------------------------
@@ -303,15 +324,7 @@ class _ReaderBase(abc.ABC):
             # a line's age by the writer's clock (same host); only ever makes it older
             age_s = wall_now - t
             if age_s > 0:
-                reading = LatencyReading(
-                    reading.app,
-                    t_s - age_s,
-                    reading.p99_us,
-                    reading.rps,
-                    reading.p50_us,
-                    reading.p999_us,
-                    reading.requests,
-                )
+                reading = dataclasses.replace(reading, t_s=t_s - age_s)
         self._store.put(reading)
         return True
 
@@ -525,9 +538,18 @@ class MemoryFeed:
         p999_us: float = math.nan,
         requests: int = 0,
         histogram: LatencyHistogram | None = None,
+        sub_p99_us: tuple[float, ...] = (),
     ) -> None:
         line = encode_line(
-            app, p99_us, rps, t=0.0, p50_us=p50_us, p999_us=p999_us, requests=requests, histogram=histogram
+            app,
+            p99_us,
+            rps,
+            t=0.0,
+            p50_us=p50_us,
+            p999_us=p999_us,
+            requests=requests,
+            histogram=histogram,
+            sub_p99_us=sub_p99_us,
         )
         reading, _ = parse_line(line, self._clock())  # same validation as the wire
         self._store.put(reading)
@@ -568,6 +590,7 @@ class _LinePublisher(abc.ABC):
         p999_us: float = math.nan,
         requests: int = 0,
         histogram: LatencyHistogram | None = None,
+        sub_p99_us: tuple[float, ...] = (),
     ) -> None:
         line = encode_line(
             app,
@@ -578,6 +601,7 @@ class _LinePublisher(abc.ABC):
             p999_us=p999_us,
             requests=requests,
             histogram=histogram,
+            sub_p99_us=sub_p99_us,
         )
         try:
             self._send(line)

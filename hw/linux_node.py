@@ -57,7 +57,7 @@ from env.types import (
     Usage,
     validate_allocation,
 )
-from hw.cgroups import CgroupRef, Cgroups, CgroupUsage, format_cpu_list
+from hw.cgroups import DEFAULT_CPU_SHARES, CgroupRef, Cgroups, CgroupUsage, format_cpu_list
 from hw.config import AppTarget, LinuxNodeConfig, load_linux_config
 from hw.containers import ContainerInfo, Docker, connect
 from hw.containers import restore_handler as docker_restore
@@ -270,6 +270,7 @@ class LinuxNode:
         out = {a.name: a for a in allocation}
         if self._knob("core"):
             self._apply_cores(allocation, old, out)
+            self._apply_shares(allocation, old, out)
         if self._freq is not None:
             self._apply_freq(allocation, old, out)
         if self._rdt is not None:
@@ -366,6 +367,22 @@ class LinuxNode:
             except RUNTIME_ERRORS as e:
                 self._fail("core", a.name, e)
                 out[a.name] = replace(out[a.name], cores=prev.cores if prev else a.cores)
+
+    def _apply_shares(self, alloc: Allocation, old: Allocation | None, out: dict[str, AppAlloc]) -> None:
+        """CFS weights (`AppAlloc.cpu_shares`: cgroup v1 cpu.shares, v2 cpu.weight), written to the
+        app's cgroup (a container's too: Docker leaves the file alone); 0 after a value restores the
+        kernel's default (1024), 0 from the start writes nothing."""
+        for a in alloc:
+            prev = old[a.name] if old is not None else None
+            before = prev.cpu_shares if prev is not None else 0
+            if a.cpu_shares == before or (a.cpu_shares == 0 and prev is None):
+                continue
+            try:
+                got = self._cg.set_cpu_shares(self._targets[a.name].ref, a.cpu_shares or DEFAULT_CPU_SHARES)
+                out[a.name] = replace(out[a.name], cpu_shares=got if a.cpu_shares else 0)
+            except RUNTIME_ERRORS as e:
+                self._fail("core", a.name, e)
+                out[a.name] = replace(out[a.name], cpu_shares=before)
 
     def _cpus_of(self, cores: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(sorted(c for i in cores for c in self.probe.cores[i]))
@@ -614,6 +631,7 @@ class LinuxNode:
                     usage=usages[spec.name],
                     valid=valid,
                     histogram=r.histogram if fresh and new and r is not None else None,
+                    sub_p99_us=r.sub_p99_us if fresh and new and r is not None else (),
                 )
             )
         bes = []

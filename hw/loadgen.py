@@ -15,7 +15,9 @@ rises instead of vanishing. A late response to a dropped request is discarded (`
 
 Every interval (500 ms by default) the generator summarises: p50/p99/p99.9 from a log-linear
 histogram (`env.histogram`, <= 0.4% error), rps scheduled/sent/completed, errors and timeouts, and its
-own *schedule lag* (how late it sent compared with the schedule). The interval goes to a callback
+own *schedule lag* (how late it sent compared with the schedule). With `sub_interval_s` (e.g. 0.1,
+the sampling period of PARTIES' own code) it also rolls a histogram per sub-interval inside the
+interval and reports each sub-interval's p99 (`sub_p99_us`). The interval goes to a callback
 and to feed publishers (`hw.feed`: UDP, a JSONL file, or in-process), which is how the LinuxNode
 sees the app's latency; the feed's `rps` is the offered rate (arrivals scheduled in the interval,
 what the app was asked to serve), which stays honest when a saturated server falls behind. An
@@ -155,6 +157,7 @@ class LoadGenConfig:
     record_timeouts: bool = True
     max_lag_us: float = 1000.0
     keep_intervals: int = 7200
+    sub_interval_s: float | None = None  # also report the p99 of each sub-interval this long
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -180,8 +183,17 @@ class LoadGenConfig:
         need(1 <= self.value_bytes <= 1_000_000, "value_bytes must be in 1..1000000")
         need(self.max_lag_us > 0, "max_lag_us must be > 0")
         need(self.keep_intervals >= 1, "keep_intervals must be >= 1")
+        need(self.sub_intervals >= 1, "sub_interval_s must divide interval_s evenly")
         if not self.app:
             object.__setattr__(self, "app", self.target.protocol)
+
+    @property
+    def sub_intervals(self) -> int:
+        """Sub-intervals per interval (1 without `sub_interval_s`; 0 when it does not divide it)."""
+        if self.sub_interval_s is None:
+            return 1
+        n = round(self.interval_s / self.sub_interval_s) if self.sub_interval_s > 0 else 0
+        return n if n >= 1 and abs(n * self.sub_interval_s - self.interval_s) < 1e-9 * self.interval_s else 0
 
     @property
     def n_connections(self) -> int:
@@ -472,6 +484,7 @@ class IntervalStats:
     inflight: int
     connections_up: int
     histogram: LatencyHistogram | None = field(default=None, repr=False, compare=False)  # the latencies
+    sub_p99_us: tuple[float, ...] = ()  # p99 of each sub-interval (NaN: no sample); () without them
 
     @property
     def sent_rps(self) -> float:
@@ -493,6 +506,7 @@ class IntervalStats:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "histogram"}
         d.update(sent_rps=self.sent_rps, completed_rps=self.completed_rps, scheduled_rps=self.scheduled_rps)
         d["histogram"] = None if self.histogram is None else self.histogram.encode()
+        d["sub_p99_us"] = [None if math.isnan(x) else x for x in self.sub_p99_us]
         return d
 
 
@@ -645,6 +659,8 @@ class LoadGenerator:
         self._tasks: list[asyncio.Task] = []
         # interval counters
         self._hist = HistogramRecorder()
+        self._sub = HistogramRecorder() if config.sub_interval_s is not None else None
+        self._sub_p99s: list[float] = []
         self._lag = HistogramRecorder()
         self._total = HistogramRecorder()
         self._total_lag = HistogramRecorder()
@@ -957,12 +973,17 @@ class LoadGenerator:
         c["completed"] += 1
         if outcome == MISS:
             c["misses"] += 1
-        self._hist.record_us((now - req.intended_s) * 1e6)
+        self._record_us((now - req.intended_s) * 1e6)
+
+    def _record_us(self, latency_us: float) -> None:
+        self._hist.record_us(latency_us)
+        if self._sub is not None:
+            self._sub.record_us(latency_us)
 
     def _timeout(self, age_s: float) -> None:
         self._c["timeouts"] += 1
         if self.config.record_timeouts:
-            self._hist.record_us(age_s * 1e6)
+            self._record_us(age_s * 1e6)
 
     def _sweep(self, now: float) -> None:
         timeout_s = self.config.timeout_s
@@ -1012,18 +1033,33 @@ class LoadGenerator:
     async def _report_loop(self) -> None:
         cfg = self.config
         end_s = cfg.duration_s if cfg.duration_s is not None else math.inf
+        n_sub = cfg.sub_intervals
+        step_s = cfg.interval_s / n_sub
         k = 1
-        while k * cfg.interval_s < end_s - 1e-9:
-            due = self._t0 + k * cfg.interval_s
+        while k * step_s < end_s - 1e-9:
+            due = self._t0 + k * step_s
             await asyncio.sleep(max(0.0, due - time.monotonic()))
-            self._roll(time.monotonic())
+            self._roll_sub()
+            if k % n_sub == 0:
+                self._roll(time.monotonic())
             k += 1
+
+    def _roll_sub(self) -> None:
+        """Close one sub-interval: its p99 (NaN without a sample) joins the interval's list."""
+        if self._sub is None:
+            return
+        s = self._sub.snapshot().summary()
+        self._sub_p99s.append(s.p99_us if s else math.nan)
+        self._sub.reset()
 
     def _roll(self, now: float, final: bool = False) -> None:
         cfg = self.config
         start, dur = self._last_roll_s, max(now - self._last_roll_s, 0.0)
         if final and dur <= 0.0:
             return
+        if final and self._sub is not None and self._sub.count:
+            self._roll_sub()  # the last, partial sub-interval
+        subs, self._sub_p99s = tuple(self._sub_p99s), []
         self._last_roll_s = now
         c = dict(self._c)
         for k in self._c:  # reset in place: the sender holds a reference to the dict
@@ -1063,6 +1099,7 @@ class LoadGenerator:
             inflight=sum(len(x.fifo) for x in conns),
             connections_up=len(conns),
             histogram=hist,
+            sub_p99_us=subs,
         )
         self._interval_index += 1
         if st.behind_schedule:
@@ -1092,6 +1129,7 @@ class LoadGenerator:
                         p999_us=math.nan if st.p999_us is None else st.p999_us,
                         requests=st.samples,
                         histogram=st.histogram,
+                        sub_p99_us=st.sub_p99_us,
                     )
                 except Exception as e:
                     self.publish_errors += 1
@@ -1234,6 +1272,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout-s", type=float, default=1.0, help="a request unanswered this long is a drop (1.0)"
     )
     ap.add_argument("--interval-s", type=float, default=0.5, help="reporting interval (0.5)")
+    ap.add_argument(
+        "--sub-interval-s", type=float, help="also report the p99 of each sub-interval this long (e.g. 0.1)"
+    )
     ap.add_argument("--keys", type=int, default=10_000, help="memcached: number of keys (10000)")
     ap.add_argument(
         "--zipf", type=float, default=0.99, help="memcached: Zipf exponent of key popularity (0.99)"
@@ -1266,6 +1307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pipeline_depth=args.pipeline,
             timeout_s=args.timeout_s,
             interval_s=args.interval_s,
+            sub_interval_s=args.sub_interval_s,
             keys=args.keys,
             zipf_s=args.zipf,
             set_fraction=args.set_fraction,

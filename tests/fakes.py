@@ -27,6 +27,7 @@ V1_TEMPLATES = {
     "cpu": {
         "cpu.cfs_quota_us": "-1",
         "cpu.cfs_period_us": "100000",
+        "cpu.shares": "1024",
         "cpu.stat": "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n",
     },
     "cpuacct": {"cpuacct.usage": "0"},
@@ -61,6 +62,7 @@ V2_TEMPLATE = {
     "cgroup.freeze": "0",
     "cgroup.events": "populated 0\nfrozen 0\n",
     "cpu.max": "max 100000",
+    "cpu.weight": "100",
     "cpu.stat": "usage_usec 0\nuser_usec 0\nsystem_usec 0\nthrottled_usec 0\n",
     "cpuset.cpus": "",
     "memory.max": "max",
@@ -380,9 +382,10 @@ class FakeFeed:
         rps: float,
         requests: int = 100,
         histogram: LatencyHistogram | None = None,
+        sub_p99_us: tuple[float, ...] = (),
     ) -> None:
         self.readings[app] = LatencyReading(
-            app, self.clock(), p99_us, rps, requests=requests, histogram=histogram
+            app, self.clock(), p99_us, rps, requests=requests, histogram=histogram, sub_p99_us=sub_p99_us
         )
 
     def latest(self, app: str):

@@ -305,11 +305,26 @@ def alloc_rows(layout: Layout, alloc: Allocation, prev: Allocation | None) -> np
             continue
         a = alloc[comp.entity]
         _fill(r, a)
+        r[M.A_SHARES] *= _cpu_weight_part(layout, w)
         if prev is not None and comp.entity in prev:
             p = prev[comp.entity]
             r[M.A_MOVED] = float(p.cores != a.cores or p.core_group != a.core_group)
             r[M.A_FLUSH] = float(p.clos != a.clos)
     return rows
+
+
+def _cpu_weight_part(layout: Layout, w: int) -> float:
+    """Component w's part of its entity's CFS weight: a BE job's thread classes share one cgroup,
+    so its weight is split in proportion to their runnable threads (they then saturate together,
+    as the cgroup's threads would)."""
+    comp = layout.components[w]
+    idx = layout.be.get(comp.entity, ())
+    if len(idx) < 2:
+        return 1.0
+    prof = comp.profile
+    assert isinstance(prof, BatchProfile)
+    runnable = [c.threads * c.cpu_util for c in prof.classes]
+    return runnable[comp.cls] / sum(runnable) if sum(runnable) > 0 else 1.0 / len(idx)
 
 
 def _fill(r: np.ndarray, a: AppAlloc) -> None:
@@ -323,6 +338,7 @@ def _fill(r: np.ndarray, a: AppAlloc) -> None:
     r[M.A_DISK] = a.disk_mbps
     r[M.A_NET] = a.net_gbps
     r[M.A_QUOTA] = a.cpu_quota
+    r[M.A_SHARES] = a.cpu_shares
 
 
 # ---- derived constants --------------------------------------------------------------------------
@@ -519,3 +535,37 @@ def interval_histogram(d: np.ndarray, n_requests: int, rng: np.random.Generator)
 
 
 _PROBS = np.empty(N_BUCKETS)  # scratch for model.dist_bucket_probs (single-threaded use)
+
+
+# ---- the p99s of an interval's sub-intervals ----------------------------------------------------
+def sub_interval_p99s(
+    d: np.ndarray, n_requests: int, n_sub: int, rng: np.random.Generator
+) -> tuple[float, ...]:
+    """The p99 (s) of each of `n_sub` equal sub-intervals of one interval in which an LC app saw
+    `n_requests` requests, as a load generator rolling a histogram per sub-interval would report
+    them; NaN for a sub-interval without a request.
+
+    The requests fall into the sub-intervals uniformly (one multinomial draw) and each sub-interval's
+    p99 is the order statistic k = ceil(0.99 n_j) of its n_j requests drawn from the interval's
+    latency distribution (`dist` row `d`, model D_*): its CDF value U ~ Beta(k, n_j - k + 1) inverted
+    by `model.dist_quantile`, as the kernel draws the interval's own p99. When more than 1% of the
+    interval's requests time out (the kernel's rule for the interval p99) every sub-interval reports
+    the timeout. The distribution is the interval's: a backlog draining within the interval is
+    spread over all its sub-intervals instead of its first ones."""
+    if n_sub <= 0:
+        return ()
+    n = max(int(n_requests), 0)
+    counts = rng.multinomial(n, np.full(n_sub, 1.0 / n_sub))
+    k = np.ceil(P99 * counts)
+    u = rng.beta(np.maximum(k, 1.0), np.maximum(counts - k + 1.0, 1.0))
+    if d[M.D_N] < 0.5:
+        return (math.nan,) * n_sub
+    timed_out = n > 0 and d[M.D_DROPPED] > 0.01 * n
+    return tuple(
+        math.nan
+        if c == 0
+        else float(d[M.D_TIMEOUT])
+        if timed_out
+        else float(M.dist_quantile(d, 1.0 - float(uj)))
+        for c, uj in zip(counts.tolist(), u.tolist())
+    )

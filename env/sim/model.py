@@ -11,7 +11,10 @@ Per interval, per node:
 1. **Cores.** Busy threads of the components sharing a core group spread over its cores as Linux
    would: one per physical core, then onto sibling hyperthreads (per-thread speed `smt_speed`),
    then time-sharing (speed shrinks with the oversubscription; a waking thread may find its
-   hyperthread held by another runnable thread and waits `sched_wakeup_delay_ms`). Antagonists
+   hyperthread held by another runnable thread and waits `sched_wakeup_delay_ms`). Time-sharing
+   goes by runnable thread, unless a workload of the group has CFS shares (`cpu.shares`): then the
+   group's hardware threads are split by weighted max-min over its workloads (weight = shares, the
+   kernel's 1024 where unset), each capped by its runnable threads. Antagonists
    pinned to an app's own hyperthreads (PARTIES Table 3 "hyperthread") halve its speed and always
    make it wait; on the sibling hyperthreads ("CPU") they force the SMT speed.
 2. **Power and turbo.** Groups capped at the turbo level share one frequency: the turbo bin for the
@@ -146,7 +149,8 @@ A_NET = 8  # Gbps cap
 A_MOVED = 9  # cores changed this interval (thread migration)
 A_FLUSH = 10  # CLOS changed this interval (its lines are flushed)
 A_QUOTA = 11  # CPU quota within the group, cores (0 = none)
-NA = 12
+A_SHARES = 12  # CFS weight within the group (cgroup cpu.shares; 0 = not set)
+NA = 13
 
 # ---- state --------------------------------------------------------------------------------------
 S_Q = 0  # backlog, requests
@@ -582,10 +586,33 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                     n_other += busy[v]
                     press_other += busy[v] * prm[b, v, P_PRESS]
             # an LC app's capacity is what it gets at saturation (all its threads runnable); a
-            # batch class runs its busy threads. CFS shares the hardware threads by runnable thread.
+            # batch class runs its busy threads. CFS shares the hardware threads by runnable thread,
+            # or by weighted max-min over the workloads when any of them has CFS shares.
             dem = p[P_THREADS] if p[P_KIND] < 0.5 else busy[w]
             tot = dem + n_other
             hw[w] = dem * min(1.0, hk / tot) if tot > 0.0 else 0.0
+            if tot > hk:
+                sdem = np.zeros(nw)
+                swt = np.zeros(nw)
+                m = 0
+                me = 0
+                weighted = False
+                for v in range(nw):
+                    if v == w or (
+                        prm[b, v, P_ACTIVE] > 0.5
+                        and alloc[b, v, A_GROUP] == g
+                        and not (prm[b, v, P_PLACE] >= 0.5 and prm[b, v, P_PLACE] < 2.5)
+                    ):
+                        if v == w:
+                            me = m
+                        sdem[m] = dem if v == w else busy[v]
+                        swt[m] = alloc[b, v, A_SHARES] if alloc[b, v, A_SHARES] > 0.0 else 1024.0
+                        weighted = weighted or alloc[b, v, A_SHARES] > 0.0
+                        m += 1
+                if weighted:
+                    sout = np.zeros(nw)
+                    _maxmin(sdem, swt, hk, sout, m, np.zeros(nw, dtype=np.bool_))
+                    hw[w] = sout[me]
             q = alloc[b, w, A_QUOTA]
             if q > 0.0 and p[P_KIND] < 0.5:  # a CFS quota caps the CPU time of its threads
                 hw[w] = min(hw[w], q)

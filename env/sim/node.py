@@ -17,6 +17,10 @@ Each `AppSample` carries the interval's latency histogram (`env.histogram`): the
 requests seen, drawn from the model's own distribution for the interval
 (`engine.interval_histogram`), from a generator of its own, so that turning histograms off
 (`histograms=False`, for training, where only the p99 is observed) changes no other draw.
+
+With `sub_interval_s` set (e.g. 0.1, the sampling period of PARTIES' own code), each `AppSample`
+also carries the p99 of every sub-interval of that length (`engine.sub_interval_p99s`), drawn from
+a third generator of its own: turning them on changes no other draw either.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from env.sim.engine import (
     build_layout,
     interval_histogram,
     lc_profile_of,
+    sub_interval_p99s,
 )
 from env.sim.scenario import Scenario, load_scenario
 from env.types import (
@@ -64,10 +69,12 @@ class SimNode:
         clock: SimClock | None = None,
         initial: Callable[[Capabilities], Allocation] = fair_allocation,
         histograms: bool = True,
+        sub_interval_s: float | None = None,
         _batch: SimBatch | None = None,
         _index: int = 0,
     ) -> None:
         self._histograms = histograms
+        self._sub_interval_s = sub_interval_s
         self._batch = _batch
         self._index = _index
         self._clock = clock or SimClock()
@@ -99,6 +106,7 @@ class SimNode:
         self._seed = scn.seed if seed is None else seed
         rng = np.random.default_rng(self._seed)
         self._hist_rng = np.random.default_rng([self._seed, 2])
+        self._sub_rng = np.random.default_rng([self._seed, 3])
         self._layout: Layout = build_layout(scn)
         lay = self._layout
         if self._batch is None:
@@ -124,6 +132,7 @@ class SimNode:
         apps += [AppSpec(name=b, kind="be") for b in scn.be]
         pl = lay.platform
         self._dt = pl.interval_s
+        self._n_sub = _sub_intervals(self._dt, self._sub_interval_s)
         self._caps = pl.capabilities(apps)
         self._be_norm = {
             b: be_alone_progress(lay.components[idx[0]].profile, scn.platform) for b, idx in lay.be.items()
@@ -218,6 +227,7 @@ class SimNode:
         for j, w in enumerate(self._lc_list):
             o = out[w]
             hist = interval_histogram(dist[w], int(arr[w]), self._hist_rng) if self._histograms else None
+            sub = sub_interval_p99s(dist[w], int(arr[w]), self._n_sub, self._sub_rng) if self._n_sub else ()
             samples.append(
                 AppSample(
                     name=self._names[w],
@@ -230,6 +240,7 @@ class SimNode:
                     requests=int(arr[w]),
                     usage=_usage(o),
                     histogram=hist,
+                    sub_p99_us=tuple(x * 1e6 for x in sub),
                 )
             )
         bes = []
@@ -259,6 +270,19 @@ class SimNode:
             mem_bw_gbps=nout[M.N_MBW],
             power_w=nout[M.N_POWER],
         )
+
+
+def _sub_intervals(interval_s: float, sub_interval_s: float | None) -> int:
+    """How many sub-intervals of `sub_interval_s` make one interval (0: none); the interval must
+    hold a whole number of them."""
+    if sub_interval_s is None:
+        return 0
+    n = round(interval_s / sub_interval_s) if sub_interval_s > 0 else 0
+    if n < 1 or abs(n * sub_interval_s - interval_s) > 1e-9 * interval_s:
+        raise ValueError(
+            f"sub_interval_s = {sub_interval_s}: must divide the node's interval ({interval_s} s) evenly"
+        )
+    return n
 
 
 def _usage(o: list[float]) -> Usage:

@@ -34,6 +34,7 @@ from env.guards import GuardsConfig, build_guards
 from env.node import SimClock
 from env.sim.node import SimNode
 from harness.registry import make_controller, parse_spec
+from harness.runs import sub_interval_s
 from harness.serving.bench import run_bench
 from harness.serving.config import ServeConfig, SimSection, load_serve_config, wants_fallback
 from harness.serving.nodes import write_errors
@@ -257,7 +258,12 @@ def serve(
             if scenario is not None:
                 sim = cfg.sim
                 node_seed = sim.seed if sim is not None and sim.seed is not None else scenario.seed
-                node = SimNode(scenario, seed=node_seed, clock=SimClock(speed=sim.speed if sim else 1.0))
+                node = SimNode(
+                    scenario,
+                    seed=node_seed,
+                    clock=SimClock(speed=sim.speed if sim else 1.0),
+                    sub_interval_s=sub_interval_s(scenario),  # as in evaluation (harness.runs)
+                )
             else:
                 assert node_cfg is not None
                 node = start_linux_node(node_cfg)

@@ -52,9 +52,12 @@ def make_obs(
     disk_used: dict[str, float] | None = None,
     net_used: dict[str, float] | None = None,
     interval_s: float = 0.5,
+    subs: dict[str, list[float]] | None = None,
 ) -> Observation:
     """`base_obs` at time `t` with `alloc`, the given slacks (default in band) and usages. Network
-    use defaults to 0.75 Gbps under each app's limit: inside PARTIES' [0.5, 1] Gbps dead band."""
+    use defaults to 0.75 Gbps under each app's limit: inside PARTIES' [0.5, 1] Gbps dead band.
+    `subs` gives an app's five 100 ms sub-interval slacks (NaN: no request); by default every
+    sub-interval has the interval's slack."""
     alloc = alloc or base_obs.allocation
     slacks = slacks or {}
     apps = []
@@ -67,12 +70,13 @@ def make_obs(
             net_gbps=(net_used or {}).get(s.name, max(alloc[s.name].net_gbps - 0.75, 0.0)),
         )
         p99 = s.target_us * (1.0 - slacks.get(s.name, INBAND))
-        apps.append(dataclasses.replace(s, p99_us=p99, usage=u))
+        sub = [s.target_us * (1.0 - x) for x in (subs or {}).get(s.name, [slacks.get(s.name, INBAND)] * 5)]
+        apps.append(dataclasses.replace(s, p99_us=p99, usage=u, sub_p99_us=tuple(sub)))
     return dataclasses.replace(base_obs, time_s=t, interval_s=interval_s, apps=tuple(apps), allocation=alloc)
 
 
-def make_ctrl(caps, seed: int = 0, **cfg) -> PartiesController:
-    ctrl = PartiesController(dataclasses.replace(PartiesConfig(), **cfg))
+def make_ctrl(caps, seed: int = 0, variant: str | None = None, **cfg) -> PartiesController:
+    ctrl = PartiesController(dataclasses.replace(load_parties_config(variant), **cfg))
     ctrl.reset(caps, np.random.default_rng(seed))
     return ctrl
 
@@ -103,8 +107,9 @@ def test_yaml_config_is_the_papers_constants_and_strict():
     )
     with pytest.raises(ConfigError, match="unknown key"):
         build(PartiesConfig, {"upsize_slack": 0.1}, "parties.yaml")
-    with pytest.raises(ConfigError, match="exactly once"):
-        build(PartiesConfig, {"storage_wheel": ["mem"]}, "parties.yaml")
+    for wheels in ({"storage_wheel": ["mem", "core"]}, {"compute_wheel": []}):
+        with pytest.raises(ConfigError, match="distinct resources"):
+            build(PartiesConfig, wheels, "parties.yaml")
 
 
 # ---- Alg. 1 --------------------------------------------------------------------------------------------
@@ -498,3 +503,182 @@ def test_a_real_clocks_jitter_does_not_skip_intervals(base):
         d = ctrl.decide(make_obs(obs, t, slacks={"xapian": -0.5}, interval_s=0.498))
         acted.append(d.move is not Move.HOLD)
     assert all(acted)
+
+
+# ---- the NaN guard ----------------------------------------------------------------------------------------
+def test_an_app_without_a_valid_slack_neither_wins_nor_hides_an_upsize(base):
+    """min() over slacks with a NaN listed first returned the NaN (every comparison with it is
+    false), and NaN < 0.05 is false: the violating app was never upsized."""
+    obs, caps = base
+    ctrl = make_ctrl(caps)
+    o = make_obs(obs, 0.5, slacks={"xapian": -0.5})
+    nan_first = dataclasses.replace(
+        o, apps=(dataclasses.replace(o.apps[0], p99_us=float("nan")), *o.apps[1:])
+    )
+    assert nan_first.apps[0].name == "memcached" and nan_first.apps[0].valid
+    d = ctrl.decide(nan_first)
+    assert d.app == "xapian" and d.move.direction is Direction.UP
+
+
+# ---- the authors' code (sc2682cornell/PARTIES, manager/PARTIES.py): parties:code, parties:code-stats -------
+def test_the_code_variants_load_the_codes_constants():
+    code, stats, paper = load_parties_config("code"), load_parties_config("code-stats"), load_parties_config()
+    # PARTIES.py:20 INTERVAL = 0.1, :22 REST = 100 (10 s), :53 TOLERANCE = 5, :78 MLat of 1 s
+    assert (code.samples, code.judge_samples, code.moving_average_s, code.downsize_ban_s) == (
+        "sub_interval",
+        5,
+        1.0,
+        10.0,
+    )
+    assert code.revert_scope == "any" and code.settle_after_revert  # PARTIES.py:131-157
+    assert code.wheels == ((Resource.CORE, Resource.CACHE, Resource.FREQ),)  # PARTIES.py:191-211, no storage
+    # code-stats: the code's statistics, the paper's ban and wheels
+    assert stats == dataclasses.replace(code, downsize_ban_s=30.0, storage_wheel=("mem", "disk"))
+    assert (
+        dataclasses.replace(
+            stats,
+            samples="interval",
+            judge_samples=1,
+            moving_average_s=0.0,
+            revert_scope="app",
+            settle_after_revert=False,
+        )
+        == paper
+    )
+
+
+def _code_ctrl(caps, variant: str = "code", **cfg) -> PartiesController:
+    return make_ctrl(caps, variant=variant, fair_start=False, **cfg)
+
+
+def test_code_acts_only_when_the_1s_average_agrees_with_the_latest_sample(base):
+    """PARTIES.py:168: upsize needs Slack < 0.05 and LSlack < 0.05 (LSlack = 1 - mean of the last
+    10 samples of 100 ms / QoS, :78, 293), the smallest LSlack first."""
+    obs, caps = base
+    ctrl = _code_ctrl(caps)
+    ctrl.decide(make_obs(obs, 0.5))  # 5 in-band samples of 0.1 slack fill half the window
+    # xapian's last sample violates but its 1 s average does not: no upsize
+    d = ctrl.decide(make_obs(obs, 1.0, subs={"xapian": [INBAND] * 4 + [0.0]}))
+    assert d.move is Move.HOLD
+    # nginx's average is now under 0.05 as well as its latest sample, xapian's latest is lower but
+    # its average is not the smallest: nginx goes first
+    ctrl2 = _code_ctrl(caps)
+    ctrl2.decide(make_obs(obs, 0.5, subs={"nginx": [-0.2] * 5, "xapian": [0.03] * 5}))
+    d = ctrl2.decide(make_obs(obs, 1.0, subs={"nginx": [-0.1] * 5, "xapian": [0.03] * 4 + [-0.5]}))
+    assert d.app == "nginx" and d.move.direction is Direction.UP
+
+
+def test_code_downsizes_only_when_both_slacks_exceed_02_the_largest_latest_first(base):
+    """PARTIES.py:171: LDOWN == 0 and Slack > 0.2 and LSlack > 0.2, the largest Slack first."""
+    obs, caps = base
+    ctrl = _code_ctrl(caps)
+    ctrl.decide(make_obs(obs, 0.5, subs={"nginx": [0.6] * 5, "xapian": [0.1] * 5}))
+    d = ctrl.decide(make_obs(obs, 1.0, subs={"nginx": [0.6] * 5, "xapian": [0.1] * 4 + [0.9]}))
+    assert d.app == "nginx" and d.move.direction is Direction.DOWN  # xapian's average is 0.18
+
+
+def test_code_judges_an_upsize_by_the_majority_of_five_samples(base):
+    """PARTIES.py:107-117: +1 for each of the next TOLERANCE = 5 samples with Lat < cur, else -1;
+    cnt <= 0 -> the next state."""
+    obs, caps = base
+    for lower, kept in ((3, True), (2, False)):
+        ctrl = _code_ctrl(caps)
+        ctrl._state["xapian"].action, ctrl._state["xapian"].turn = Move.UP_CORE, 1
+        d1 = ctrl.decide(make_obs(obs, 0.5, subs={"xapian": [-0.5] * 5}))
+        assert d1.app == "xapian" and d1.move is Move.UP_CORE
+        judged = [-0.3] * lower + [-0.6] * (5 - lower)  # a lower latency = a higher slack
+        d2 = ctrl.decide(make_obs(obs, 1.0, d1.allocation, subs={"xapian": judged[::-1]}))
+        assert d2.app == "xapian"
+        assert d2.move is (Move.UP_CORE if kept else Move.UP_CACHE), (lower, d2.reason)
+
+
+def test_code_reverts_a_downsize_when_any_app_dips_in_the_majority(base):
+    """PARTIES.py:128-141: -1 for a sample in which any LC app has Slack < 0.05; cnt <= 0 ->
+    revert the downsized app's move and ban it. The paper judges the downsized app only."""
+    obs, caps = base
+    cases = [("code", [0.0, 0.0, 0.0, 0.1, 0.1], True), ("code", [0.0, 0.0, 0.1, 0.1, 0.1], False)]
+    cases.append((None, [0.0] * 5, False))
+    for variant, xapian, reverted in cases:
+        ctrl = make_ctrl(caps, variant=variant, fair_start=False)
+        d1 = ctrl.decide(make_obs(obs, 0.5, slacks={"nginx": 0.6}))
+        assert d1.app == "nginx" and d1.move.direction is Direction.DOWN
+        d2 = ctrl.decide(
+            make_obs(obs, 1.0, d1.allocation, slacks={"nginx": 0.6, "xapian": 0.1}, subs={"xapian": xapian})
+        )
+        assert ("revert nginx" in d2.reason) is reverted, (variant, xapian, d2.reason)
+        if reverted:
+            assert d2.move is d1.move.opposite and ctrl._state["nginx"].ban_until_s == pytest.approx(11.0)
+
+
+def test_code_settles_after_a_revert_while_the_majority_still_violates(base):
+    """PARTIES.py:143-157: after a revert wait 5 samples; if the majority still violates, 5 more;
+    then decide."""
+    obs, caps = base
+    violating = {"xapian": [-0.5] * 5}
+    ctrl = _code_ctrl(caps)
+    d1 = ctrl.decide(make_obs(obs, 0.5, slacks={"nginx": 0.6}))
+    d2 = ctrl.decide(make_obs(obs, 1.0, d1.allocation, slacks={"nginx": 0.0}))
+    assert "revert" in d2.reason
+    d3 = ctrl.decide(make_obs(obs, 1.5, d2.allocation, subs=violating))
+    assert d3.move is Move.HOLD and "settling" in d3.reason
+    d4 = ctrl.decide(make_obs(obs, 2.0, d2.allocation, subs=violating))
+    assert d4.app == "xapian" and d4.move.direction is Direction.UP  # then it decides again
+    # when the samples after the revert are fine it decides at once
+    ctrl = _code_ctrl(caps)
+    d1 = ctrl.decide(make_obs(obs, 0.5, slacks={"nginx": 0.6}))
+    d2 = ctrl.decide(make_obs(obs, 1.0, d1.allocation, slacks={"nginx": 0.0}))
+    d3 = ctrl.decide(make_obs(obs, 1.5, d2.allocation, subs={"memcached": [0.6] * 5}))
+    assert d3.app == "memcached" and d3.move.direction is Direction.DOWN
+
+
+def test_code_bans_downsizing_for_10s_after_a_revert(base):
+    """PARTIES.py:22 REST = 100, :226 LDOWN = REST, :268-270 one off per 100 ms sample: 10 s."""
+    obs, caps = base
+    ctrl = _code_ctrl(caps, settle_after_revert=False)
+    d1 = ctrl.decide(make_obs(obs, 0.5, slacks={"nginx": 0.6}))
+    a = ctrl.decide(make_obs(obs, 1.0, d1.allocation, slacks={"nginx": 0.0})).allocation
+    held = [ctrl.decide(make_obs(obs, 1.0 + 0.5 * k, a, slacks={"nginx": 0.6})).move for k in range(1, 20)]
+    assert all(m is Move.HOLD for m in held)
+    assert ctrl.decide(make_obs(obs, 11.0, a, slacks={"nginx": 0.6})).move.direction is Direction.DOWN
+
+
+def test_code_turns_the_compute_wheel_only(base):
+    """PARTIES.py:191-211: states core (1) -> cache (3) -> freq (2) -> core; no storage wheel
+    (manager/README.md advises removing it), whatever memory slack says after a turn."""
+    obs, caps = base
+    for seed in range(6):
+        ctrl = _code_ctrl(caps, seed=seed)
+        moves = _failing_upsizes(ctrl, obs, 7, mem_used={"xapian": 0.5})
+        turn = [m.resource for m in moves]
+        assert all(r in COMPUTE for r in turn)  # memory almost saturated, still no storage wheel
+        assert all(b is successor(a) for a, b in itertools.pairwise(turn[:3]))
+
+
+def test_code_repeats_the_last_sample_for_a_sub_interval_without_requests(base):
+    """PARTIES.py:290-295: a reading that fails keeps Lat (and Slack) at its last value."""
+    obs, caps = base
+    ctrl = _code_ctrl(caps)
+    ctrl.decide(make_obs(obs, 0.5, subs={"xapian": [0.0] * 5}))  # holds: the average is not yet < 0.05
+    nan = float("nan")
+    ctrl.decide(make_obs(obs, 1.0, subs={"xapian": [0.0, nan, nan, nan, nan]}))
+    assert ctrl._samples["xapian"].p99_us == (obs.app("xapian").target_us,) * 5
+
+
+def test_the_code_variants_run_on_the_simulator_with_sub_interval_samples(base):
+    node = SimNode(
+        simple_scenario({"memcached": 0.3, "xapian": 0.1, "nginx": 0.3}), seed=1, sub_interval_s=0.1
+    )
+    caps = node.capabilities()
+    ctrl = make_ctrl(caps, seed=1, variant="code")
+    obs = node.observe()
+    reasons = []
+    for _ in range(60):
+        assert len(obs.app("xapian").sub_p99_us) == 5
+        d = ctrl.decide(obs)
+        if d.allocation is not None:
+            validate_allocation(d.allocation, caps)
+            assert len({r for _, r in moved(obs.allocation, d.allocation)}) <= 1
+            assert all(r in COMPUTE for _, r in moved(obs.allocation, d.allocation))
+        reasons.append(d.reason)
+        obs = node.step(d.allocation)
+    assert any(r.startswith(("upsize", "downsize")) for r in reasons)

@@ -90,6 +90,8 @@ def test_infeasible_moves_are_refused_with_a_reason(parties_caps):
         ({"memory_gb": 0.0}, "memory_gb"),  # a zero limit would kill the app
         ({"mba_pct": 50}, "no MBA"),
         ({"disk_mbps": math.nan}, "finite"),
+        ({"cpu_shares": 1}, "cpu_shares"),  # cgroup v1 cpu.shares: 2..262144, 0 = not set
+        ({"cpu_shares": 300_000}, "cpu_shares"),
     ],
 )
 def test_validation_names_the_field(parties_caps, change, match):

@@ -24,7 +24,7 @@ from env.types import Decision, Move, validate_allocation
 from harness.registry import contract_specs, make_controller
 from tests.fakes import no_io
 
-SPECS = contract_specs()
+SPECS = [*contract_specs(), "parties:code"]  # the code variant, on a node without sub-intervals here
 SCENARIOS = {
     "light": {"memcached": 0.2, "xapian": 0.1, "nginx": 0.2},
     "heavy": {"memcached": 0.7, "xapian": 0.5, "nginx": 0.6},

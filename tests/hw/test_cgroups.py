@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from hw.cgroups import Cgroups, detect_layout, device_number, format_cpu_list, parse_cpu_list
+from hw.cgroups import (
+    Cgroups,
+    detect_layout,
+    device_number,
+    format_cpu_list,
+    parse_cpu_list,
+    shares_to_weight,
+    weight_to_shares,
+)
 from hw.runner import HwInputError, KnobError, Sysfs, TargetGone
 from hw.state import Journal
 
@@ -95,6 +103,25 @@ def test_cpu_quota_v1_and_v2(v1_host, v2_host, tmp_path):
     ref2 = cg2.ref_for_path("mc", "mc")
     assert cg2.set_cpu_quota(ref2, 0.75) == pytest.approx(0.75)
     assert (ref2.dir("cpu") / "cpu.max").read_text() == "75000 100000"
+
+
+def test_cpu_shares_v1_and_v2(v1_host, v2_host, tmp_path):
+    """Intel PRM's CFS weights (eris/cpuquota.py:35-36, :91-99): cpu.shares on v1, cpu.weight on v2."""
+    cg, _ = cgroups(v1_host, tmp_path / "a")
+    ref = cg.ref_for_path("mc", "mc")
+    assert cg.cpu_shares(ref) == 1024
+    assert cg.set_cpu_shares(ref, 200_000) == 200_000
+    assert (ref.dir("cpu") / "cpu.shares").read_text() == "200000"
+    with pytest.raises(HwInputError, match=r"cpu\.shares"):
+        cg.set_cpu_shares(ref, 1)
+    cg2, _ = cgroups(v2_host, tmp_path / "b")
+    ref2 = cg2.ref_for_path("be", "be")
+    assert cg2.cpu_shares(ref2) == weight_to_shares(100)
+    assert cg2.set_cpu_shares(ref2, 2) == 2 and (ref2.dir("cpu") / "cpu.weight").read_text() == "1"
+    got = cg2.set_cpu_shares(ref2, 200_000)
+    assert (ref2.dir("cpu") / "cpu.weight").read_text() == str(shares_to_weight(200_000))
+    assert shares_to_weight(got) == shares_to_weight(200_000) and abs(got - 200_000) < 262144 / 9999
+    assert shares_to_weight(262_144) == 10_000 and shares_to_weight(1024) == 39  # runc's conversion
 
 
 def test_memory_down_move_is_clamped_above_working_set(v1_host, tmp_path):

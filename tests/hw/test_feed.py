@@ -95,6 +95,9 @@ def test_optional_nulls_and_unknown_keys_are_accepted():
         (_line(requests=1.5), "requests"),
         (_line(requests=-1), "requests"),
         (_line(t="yesterday"), "t must be a number"),
+        (_line(sub_p99_us=412.0), "sub_p99_us must be a list"),
+        (_line(sub_p99_us=[400.0, 0.0]), "sub_p99_us must be finite and > 0"),
+        (_line(sub_p99_us=[400.0, "x"]), "sub_p99_us must be a number"),
     ],
 )
 def test_malformed_lines_raise_with_the_reason(line, reason):
@@ -120,6 +123,14 @@ def test_encode_round_trip_and_validation():
         encode_line("nginx", math.nan, 1.0, t=0.0)
     with pytest.raises(FeedFormatError, match="p99_us"):
         encode_line("nginx", 0.0, 1.0, t=0.0)
+
+
+def test_sub_interval_p99s_travel_with_nulls_for_empty_sub_intervals():
+    line = encode_line("memcached", 420.0, 5000.0, t=1.0, sub_p99_us=(398.0, math.nan, 420.0))
+    assert json.loads(line)["sub_p99_us"] == [398.0, None, 420.0]
+    r, _ = parse_line(line, t_s=0.0)
+    assert r.sub_p99_us[0] == 398.0 and math.isnan(r.sub_p99_us[1]) and r.sub_p99_us[2] == 420.0
+    assert parse_line(_line(), t_s=0.0)[0].sub_p99_us == ()  # optional: absent means none
 
 
 # -- staleness ---------------------------------------------------------------------------------

@@ -130,21 +130,37 @@ def test_observe_fresh_stale_and_silent_feed(node, v1_host, clock, feed):
     assert obs.allocation == node.current_allocation()
 
 
-def test_a_readings_histogram_enters_one_sample_only(node, clock, feed):
+def test_a_readings_histogram_and_sub_interval_p99s_enter_one_sample_only(node, clock, feed):
     from env.histogram import LatencyHistogram
 
     node.reset()
     h = LatencyHistogram.of_values_us([100.0, 200.0, 400.0])
-    feed.put("mc", p99_us=400.0, rps=6.0, requests=3, histogram=h)
+    feed.put("mc", p99_us=400.0, rps=6.0, requests=3, histogram=h, sub_p99_us=(100.0, 400.0))
     clock.advance(0.5)
     first = node.observe().app("mc")
     assert first.valid and first.histogram == h and first.requests == 3
+    assert first.sub_p99_us == (100.0, 400.0)  # the sub-interval p99s ride with the histogram
     clock.advance(0.5)  # no newer reading: the same one again, still fresh
     again = node.observe().app("mc")
     assert again.valid and again.p99_us == 400.0 and again.histogram is None  # not counted twice
+    assert again.sub_p99_us == ()
     feed.put("mc", p99_us=300.0, rps=6.0, requests=3, histogram=h)
     clock.advance(0.5)
     assert node.observe().app("mc").histogram == h
+
+
+def test_cpu_shares_are_written_read_back_and_restored(node, v1_host):
+    """Intel PRM sets cpu.shares 200000 for LC and 2 for BE containers (eris/eris.py:249-253)."""
+    node.reset()
+    a = split(node).replace_app("mc", cpu_shares=200_000).replace_app("be", cpu_shares=2)
+    got = node.apply(a)
+    assert (got["mc"].cpu_shares, got["be"].cpu_shares) == (200_000, 2)
+    shares = {app: (v1_host.cgroup_root / "cpu" / app / "cpu.shares") for app in ("mc", "be")}
+    assert shares["mc"].read_text() == "200000" and shares["be"].read_text() == "2"
+    got = node.apply(got.replace_app("be", cpu_shares=0))  # not set again: the kernel's default
+    assert got["be"].cpu_shares == 0 and shares["be"].read_text() == "1024"
+    node.close()
+    assert shares["mc"].read_text() == "1024"  # as found
 
 
 def test_runtime_write_error_keeps_last_good_value_and_counts(node, v1_host):

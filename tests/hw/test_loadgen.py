@@ -186,6 +186,7 @@ def test_target_parse():
         ({"interval_s": 0.001}, "interval_s"),
         ({"set_fraction": 1.5}, "set_fraction"),
         ({"keys": 0}, "keys"),
+        ({"sub_interval_s": 0.3}, "sub_interval_s"),
     ],
 )
 def test_config_rejects_bad_values(kw, msg):
@@ -459,6 +460,24 @@ def test_intervals_follow_a_step_trace_and_are_published():
     r = feed.latest("mc1")
     assert r.p99_us == ivs[-1].p99_us and r.rps == pytest.approx(ivs[-1].scheduled_rps)
     assert r.requests == ivs[-1].samples
+
+
+def test_sub_interval_p99s_show_a_stall_inside_the_interval():
+    """A 150 ms stall early in the first interval: its 100 ms sub-intervals show the stall where
+    the delayed responses arrive and a quick server elsewhere (PARTIES' code reads 100 ms p99s,
+    manager/PARTIES.py:20); the feed carries them."""
+    feed = MemoryFeed()
+    state = HttpState(stall_after=40, stall_s=0.15)
+    with FakeServer(http_handler(state)) as srv:
+        cfg = _cfg(
+            srv.port, max_load_rps=400.0, duration_s=1.0, connections=1, pipeline_depth=1, sub_interval_s=0.1
+        )
+        summary = LoadGenerator(cfg, publishers=[feed]).run_sync()
+    first, last = summary.intervals[0], summary.intervals[-1]
+    assert len(first.sub_p99_us) == len(last.sub_p99_us) == 5
+    assert max(first.sub_p99_us) >= 100_000 and min(first.sub_p99_us) < 30_000
+    assert max(last.sub_p99_us) < 30_000  # no stall in the second interval
+    assert feed.latest("http").sub_p99_us == last.sub_p99_us
 
 
 def test_background_thread_start_stop_and_callback_errors_are_contained():

@@ -312,3 +312,38 @@ def test_mongodbs_knee_is_its_threads_blocked_on_reads():
     s8 = alone("mongodb", cores=8)
     out, _, _ = analytic_outputs([s8], np.array([0.5, 1.0]))
     assert out[0, 1, 0, M.O_CAP] < out[0, 0, 0, M.O_CAP]  # reads wait longer as the disk's queue deepens
+
+
+def test_cfs_shares_split_a_shared_cpuset_by_weight_and_stay_work_conserving():
+    """Intel PRM gives LC containers cpu.shares 200000 and BE containers 2 (eris/cpuquota.py:35-36,
+    eris/eris.py:249-253): a BE thread in the LC app's cpuset then takes almost nothing from the
+    saturated LC app (it did take 1/10 of the CPU by runnable thread), yet still runs on what the
+    LC app leaves idle. Unset shares keep sharing by runnable thread."""
+    from env.sim.scenario import load_scenario
+
+    base = load_scenario("qprm-sinusoid-namd")
+
+    def run(load: float, lc_shares: int, be_shares: int):
+        scn = dataclasses.replace(base, apps=(dataclasses.replace(base.apps[0], load=load),))
+        node = SimNode(scn, seed=0, initial=pinned({"memcached": 9}, shared_llc=True))
+        mc = node.current_allocation()["memcached"]
+        shared = (
+            node.current_allocation()
+            .replace_app(
+                "be_namd", cores=mc.cores, core_group=mc.core_group, clos=mc.clos, freq_mhz=mc.freq_mhz
+            )
+            .replace_app("memcached", cpu_shares=lc_shares)
+            .replace_app("be_namd", cpu_shares=be_shares)
+        )
+        obs = [node.step(shared) for _ in range(30)]
+        cap = float(node._sim.a["out"][0, node._lc_list[0], M.O_CAP])
+        return obs, cap
+
+    by_thread, cap_thread = run(0.95, 0, 0)
+    weighted, cap_weighted = run(0.95, 200_000, 2)
+    assert cap_weighted == pytest.approx(cap_thread * 10 / 9, rel=0.02)  # 9 of 9 cores, not 9 of 10
+    assert by_thread[-1].apps[0].tardiness > 1 >= np.median([o.apps[0].tardiness for o in weighted[10:]])
+    light_thread, _ = run(0.3, 0, 0)
+    light_weighted, _ = run(0.3, 200_000, 2)
+    be = [np.mean([o.be_throughput for o in r[10:]]) for r in (light_thread, light_weighted)]
+    assert be[1] == pytest.approx(be[0], rel=0.05) and be[1] > 0  # idle CPU still goes to the BE job
