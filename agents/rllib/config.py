@@ -34,7 +34,15 @@ from typing import Any, Literal
 import yaml
 
 from agents.policy import NetSpec
-from env.config import ConfigError, build, load_yaml, plain_data, resolve_config
+from env.config import (
+    ConfigError,
+    build,
+    load_yaml,
+    plain_data,
+    require_in,
+    require_positive,
+    resolve_config,
+)
 from env.guards import GuardsConfig
 from env.gym_env import EnvConfig
 from env.scenario_sampler import SamplerConfig
@@ -110,8 +118,8 @@ class PPOSettings:
     grad_clip: float = 0.5
 
     def __post_init__(self) -> None:
-        _positive("ppo", lr=self.lr, num_epochs=self.num_epochs, minibatch_size=self.minibatch_size)
-        _unit("ppo", gamma=self.gamma, gae_lambda=self.gae_lambda)
+        require_positive("ppo", lr=self.lr, num_epochs=self.num_epochs, minibatch_size=self.minibatch_size)
+        require_in("ppo", 0.0, 1.0, gamma=self.gamma, gae_lambda=self.gae_lambda)
         if self.minibatch_size > self.train_batch_size:
             raise ConfigError("ppo.minibatch_size must be <= ppo.train_batch_size")
 
@@ -138,7 +146,7 @@ class DQNSettings:
     grad_clip: float = 10.0
 
     def __post_init__(self) -> None:
-        _positive(
+        require_positive(
             "dqn",
             lr=self.lr,
             n_step=self.n_step,
@@ -147,7 +155,14 @@ class DQNSettings:
             target_network_update_freq=self.target_network_update_freq,
             epsilon_timesteps=self.epsilon_timesteps,
         )
-        _unit("dqn", gamma=self.gamma, initial_epsilon=self.initial_epsilon, final_epsilon=self.final_epsilon)
+        require_in(
+            "dqn",
+            0.0,
+            1.0,
+            gamma=self.gamma,
+            initial_epsilon=self.initial_epsilon,
+            final_epsilon=self.final_epsilon,
+        )
 
 
 @dataclass(frozen=True)
@@ -234,14 +249,14 @@ class WarmStartConfig:
     dagger_student_frac: float = 0.5
 
     def __post_init__(self) -> None:
-        _positive(
+        require_positive(
             "warm_start", episodes=self.episodes, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr
         )
         if self.value_weight < 0:
             raise ConfigError("warm_start.value_weight must be >= 0")
         if self.dagger_rounds < 0:
             raise ConfigError("warm_start.dagger_rounds must be >= 0")
-        _unit("warm_start", dagger_student_frac=self.dagger_student_frac)
+        require_in("warm_start", 0.0, 1.0, dagger_student_frac=self.dagger_student_frac)
 
 
 @dataclass(frozen=True)
@@ -313,18 +328,6 @@ class TrainConfig:
 
 
 # ---- loading --------------------------------------------------------------------------------------
-def _positive(where: str, **values: float) -> None:
-    for k, v in values.items():
-        if not v > 0:
-            raise ConfigError(f"{where}.{k} must be > 0, got {v}")
-
-
-def _unit(where: str, **values: float) -> None:
-    for k, v in values.items():
-        if not 0.0 <= v <= 1.0:
-            raise ConfigError(f"{where}.{k} must be in [0, 1], got {v}")
-
-
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (["a", "b", "c"], value parsed as a YAML scalar/flow value; `1e-4` is a number)."""
     key, sep, raw = text.partition("=")
