@@ -1,7 +1,8 @@
 """The typed training config of `train.py` (`configs/train/*.yaml`), strict like every config.
 
 A YAML file is data for `TrainConfig`; `load_train_config(path, overrides)` applies `--set
-key=value` overrides (dotted paths, values parsed as YAML scalars) to the raw mapping and builds it
+key=value` overrides (dotted paths, values parsed as YAML; a mapping is merged into the section it
+names, never replaces it) to the raw mapping and builds it
 with `env.config.build`, so an unknown key - in the file or in an override - is a `ConfigError`
 naming the field (exit 2 in the CLI). `resolved(config)` is the plain mapping saved beside a run
 (`OUT/config.yaml`), which loads back into the same config.
@@ -345,8 +346,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """A deep copy of `data` with each `key=value` set (missing intermediate mappings created);
-    the result is validated by `build`, so an unknown key fails there, naming the field."""
+    """A deep copy of `data` with each `key=value` set (missing intermediate mappings created); a
+    mapping value is merged into the section it names (`--set 'ppo={lr: 1e-4}'` changes `ppo.lr` and
+    keeps the file's other `ppo` keys). The result is validated by `build`, so an unknown key fails
+    there, naming the field."""
     out: dict[str, Any] = _copy(data)
     for text in overrides:
         path, value = parse_override(text)
@@ -358,7 +361,16 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
             if not isinstance(nxt, dict):
                 raise ConfigError(f"--set {text!r}: {'.'.join(path[: i + 1])} is not a section")
             node = nxt
-        node[path[-1]] = value
+        old = node.get(path[-1])
+        node[path[-1]] = _merged(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
+
+
+def _merged(old: dict[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """`old` with `new`'s keys set, sections merged recursively."""
+    out = dict(old)
+    for k, v in new.items():
+        out[k] = _merged(out[k], v) if isinstance(out.get(k), dict) and isinstance(v, dict) else v
     return out
 
 
