@@ -345,6 +345,56 @@ def test_bad_node_input_exits_2_and_writes_nothing(tmp_path, capsys, kind, needl
     assert changed_files(host, before) == set() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("damage", ["garbage", "foreign"])
+def test_a_damaged_or_foreign_journal_exits_2_and_replays_nothing(tmp_path, capsys, damage):
+    from hw.state import JournalEntry
+
+    host, cfg, _, journal = fake_linux(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    journal.parent.mkdir(parents=True)
+    quota = host.cgroup_root / "cpu" / "mc" / "cpu.cfs_quota_us"
+    mine = JournalEntry("file", str(quota), {"path": str(quota), "values": ["12345"]}).to_json()
+    foreign = JournalEntry("file", str(victim), {"path": str(victim), "values": ["owned"]}).to_json()
+    journal.write_text(f"{mine}\n{'{garbage' if damage == 'garbage' else foreign}\n")
+    before = snapshot(host)
+    rc = serve(cfg, "parties", duration_s=1.0)
+    err = capsys.readouterr().err
+    assert rc == 2 and "Nothing was replayed" in err and f"mv {journal}" in err, err
+    assert changed_files(host, before) == set() and victim.read_text() == "mine"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_node_that_cannot_be_restored_exits_1_naming_the_knob(tmp_path, capsys, monkeypatch):
+    from hw.runner import KnobError
+    from hw.state import Journal
+
+    _, cfg, feed, journal = fake_linux(tmp_path)
+    real = Journal._restore_file
+
+    def stuck_memory(self, e):
+        if e.data["path"].endswith("memory.limit_in_bytes"):
+            raise KnobError(f"cannot write {e.data['path']}: EACCES: permission denied")
+        real(self, e)
+
+    monkeypatch.setattr(Journal, "_restore_file", stuck_memory)
+    with Publisher(feed):
+        rc = serve(cfg, "parties", duration_s=1.0, quiet=True)
+    err = capsys.readouterr().err
+    assert rc == 1 and "the node is NOT fully restored" in err and "memory.limit_in_bytes" in err, err
+    assert "memory.limit_in_bytes" in journal.read_text()  # kept for the next start
+
+
+def test_a_run_directory_that_cannot_be_created_exits_2(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    rc = serve(sim_config(tmp_path), "parties", sim=True, duration_s=1.0, out=str(afile / "run"))
+    assert rc == 2 and "cannot create it" in capsys.readouterr().err and afile.read_text() == "mine"
+    blob = tmp_path / "blob.yaml"
+    blob.write_bytes(bytes(range(256)))
+    assert serve(blob, "parties", sim=True) == 2 and "not a text file" in capsys.readouterr().err
+
+
 # ---- dry run ----------------------------------------------------------------------------------------------
 def test_dry_run_logs_the_writes_it_would_make_and_makes_none(tmp_path, capsys):
     host, cfg, feed, journal = fake_linux(tmp_path)
