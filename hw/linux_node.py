@@ -200,7 +200,11 @@ class LinuxNode:
                 for t in self._targets.values():
                     self._cg._write(t.ref.dir("net_cls") / "net_cls.classid", str(net_cls_classid(t.minor)))
         self._owned_feed = feed is None
-        self._feed: LatencySource = feed if feed is not None else _open_feed(cfg.feed.url)
+        self._feed: LatencySource = (
+            feed
+            if feed is not None
+            else _open_feed(cfg.feed.url, [a.feed_key for a in cfg.apps if a.kind == "lc"])
+        )
         self._alloc: Allocation | None = None
         self._assumed: Allocation | None = None  # taken as in force until something is applied (assume)
         self._group_cores: dict[int, tuple[int, ...]] = {}  # core group -> physical core indices
@@ -779,7 +783,7 @@ def assign_cores(
     return {g: tuple(sorted(v)) for g, v in out.items()}
 
 
-def _open_feed(url: str) -> LatencySource:
+def _open_feed(url: str, apps: list[str]) -> LatencySource:
     from hw.feed import source_from_url
 
-    return source_from_url(url)
+    return source_from_url(url, apps=apps)  # the node's LC apps only: other names are dropped
