@@ -115,7 +115,10 @@ def linux_node_config(cfg: ServeConfig, interval_s: float | None, dry_run: bool)
             for a in node_cfg.apps
             if a.create or a.pids
         ]
-        why += [f"linux.processes would move {p!r} into {a}'s cgroup" for a, p in sec.processes.items()]
+        why += [
+            f"linux.processes would move the processes {m.describe()} into {a}'s cgroup"
+            for a, m in sec.processes.items()
+        ]
         if "net" in node_cfg.knobs:
             why.append("knob net sets up tc classes at start")
         if why:
@@ -133,10 +136,14 @@ def linux_node_config(cfg: ServeConfig, interval_s: float | None, dry_run: bool)
                     raise BadInput(
                         f"linux.processes.{a.name}: the app is a container; processes apply to cgroups"
                     )
-                pids = find_processes(sec.processes[a.name], node_cfg.proc_root)
+                m = sec.processes[a.name]
+                try:
+                    pids = find_processes(pidfile=m.pidfile, cmdline=m.cmdline, proc_root=node_cfg.proc_root)
+                except HwInputError as e:
+                    raise BadInput(f"linux.processes.{a.name}: {e}") from None
                 if not pids:
                     raise BadInput(
-                        f"linux.processes.{a.name}: no running process named {sec.processes[a.name]!r} "
+                        f"linux.processes.{a.name}: no running process {m.describe()} "
                         f"(under {node_cfg.proc_root}); start it first"
                     )
                 a = dataclasses.replace(a, pids=tuple(pids), create=True)

@@ -23,6 +23,7 @@ import yaml
 from env.loop import read_jsonl
 from harness.serving import deploy
 from hw.procs import find_processes
+from hw.runner import HwInputError
 from tests import fakes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -516,25 +517,37 @@ def test_a_dry_run_bench_on_a_linux_node_writes_nothing(tmp_path, capsys, monkey
     assert r["ticks"] == 60 and r["applied"] == 0
 
 
-def test_processes_are_found_by_name_with_their_children(tmp_path):
+def test_processes_are_found_by_command_line_or_pid_file_with_their_children_never_by_name(tmp_path):
     import shutil
 
     shell = tmp_path / "coloctstsh"  # a process name (comm) nothing else on the machine has
     shutil.copy("/bin/sh", shell)
-    parent = subprocess.Popen([str(shell), "-c", "sleep 30 & sleep 30 & wait"])
+    script = "sleep 30 & sleep 30 & wait"
+    parent = subprocess.Popen([str(shell), "-c", script])
+    impostor = subprocess.Popen([str(shell), "-c", "sleep 30"])  # same name, another command line
     pids: list[int] = []
     try:
-        wait_for(lambda: len(find_processes("coloctstsh")) >= 3, timeout_s=20, what="two children")
-        pids = find_processes("coloctstsh")
-        assert pids[0] == parent.pid and len(pids) == 3
+        wait_for(
+            lambda: len(find_processes(cmdline=f"{shell} -c {script}")) >= 3, timeout_s=20, what="children"
+        )
+        pids = find_processes(cmdline=f"{shell} -c {script}")
+        assert pids[0] == parent.pid and len(pids) == 3 and impostor.pid not in pids
         assert all(Path(f"/proc/{p}/comm").read_text().strip() == "sleep" for p in pids[1:])
-        assert find_processes("no-such-process-name") == []
+        pidfile = tmp_path / "app.pid"
+        pidfile.write_text(f"{parent.pid}\n")
+        assert find_processes(pidfile=str(pidfile)) == pids
+        pidfile.chmod(0o666)  # anyone could point it at their own process
+        with pytest.raises(HwInputError, match="other users can write it"):
+            find_processes(pidfile=str(pidfile))
+        assert find_processes(cmdline="no-such-command --at all") == []
+        assert find_processes(pidfile=str(tmp_path / "missing.pid")) == []
     finally:
         for pid in pids[1:]:  # the children this test started, by pid
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        parent.kill()
-        parent.wait()
+        for p in (parent, impostor):
+            p.kill()
+            p.wait()
 
 
 def test_a_metrics_port_in_use_exits_2_before_the_first_write(tmp_path, capsys):
