@@ -480,3 +480,13 @@ def test_sigterm_stops_the_workers_removes_the_staging_directory_and_exits(tmp_p
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("what", ["--scenario", "--guards"])
+def test_a_binary_scenario_or_guard_file_exits_2(tmp_path, capsys, what):
+    blob = tmp_path / "blob.yaml"
+    blob.write_bytes(bytes(range(256)))
+    args = {"--scenario": "mix3-const", "--guards": None} | {what: str(blob)}
+    argv = [x for k, v in args.items() if v for x in (k, v)]
+    rc = evaluate.main(["compare", *argv, "--controllers", "static", "--out", str(tmp_path / "o")])
+    assert rc == 2 and "not a text file" in capsys.readouterr().err and not (tmp_path / "o").exists()
