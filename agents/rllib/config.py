@@ -291,6 +291,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.iterations < 1 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ConfigError("iterations, checkpoint_every and keep_checkpoints must be >= 1")
+        if self.seed < 0:
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
         if self.max_train_minutes is not None and not self.max_train_minutes > 0:
             raise ConfigError(f"max_train_minutes must be > 0 (or null), got {self.max_train_minutes}")
         if not self.reward_scale > 0:

@@ -33,6 +33,8 @@ class SimSection:
     def __post_init__(self) -> None:
         if not (self.speed >= 0):
             raise ConfigError(f"sim.speed: {self.speed} must be >= 0")
+        if self.seed is not None and self.seed < 0:
+            raise ConfigError(f"sim.seed: {self.seed} must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,8 @@ class ServeConfig:
             raise ConfigError(f"interval_s: {self.interval_s} must be > 0")
         if self.duration_s is not None and not self.duration_s >= 0:
             raise ConfigError(f"duration_s: {self.duration_s} must be >= 0")
+        if self.seed < 0:
+            raise ConfigError(f"seed: {self.seed} must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

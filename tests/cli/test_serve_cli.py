@@ -270,6 +270,8 @@ def test_help_lists_the_controller_specs_and_an_unknown_spec_exits_2(tmp_path):
         ({"sim": None}, {}, r"no `sim` section"),
         ({}, {"interval_ms": 250.0}, r"simulates 500 ms intervals"),
         ({}, {"scenario": "no-such-scenario"}, r"unknown scenarios 'no-such-scenario'"),
+        ({"seed": -3}, {}, r"seed: -3 must be >= 0"),
+        ({"sim": {"scenario": "mix3-const", "seed": -3}}, {}, r"sim.seed: -3 must be >= 0"),
     ],
 )
 def test_bad_input_exits_2_with_a_message_and_creates_nothing(tmp_path, capsys, over, options, needle):

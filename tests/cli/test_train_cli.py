@@ -85,6 +85,7 @@ def test_help_explains_the_flags(capsys):
             "env.action_mode",
         ),
         (["--config", "ppo-single", "--set", "novalue"], "expected key=value"),
+        (["--config", "ppo-single", "--set", "seed=-3"], "seed must be >= 0"),
         (
             ["--config", "ppo-single", "--num-env-runners", "0", "--set", "eval.scenarios=[nope]"],
             "eval.scenarios",
