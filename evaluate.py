@@ -18,9 +18,11 @@ otherwise; every number comes from `env.metrics`. Every controller starts from P
 allocation (the node's initial state). Seeds: run i of a scenario uses seed `scenario.seed + i`
 for the node; the controller's generator is `default_rng([seed, 1])`.
 
-Output: everything is written into a temporary directory beside --out and moved into place at the
-end, so a failed or interrupted run leaves no partial directory; an existing non-empty --out is
-refused unless --overwrite. Bad input (an unknown controller spec, a scenario naming an unknown app,
+Output: --out is checked before any work (not a file, not under one, somewhere a directory can be
+made; an existing non-empty --out is refused unless --overwrite, which never replaces the working
+directory or a parent of it); everything is written into a temporary directory beside --out and
+moved into place at the end, so a failed or interrupted run leaves no partial directory. Ctrl-C and
+SIGTERM stop the worker processes, remove that directory and exit (130, 143). Bad input (an unknown controller spec, a scenario naming an unknown app,
 a trace file with bad rows, ...) is reported before anything is created, with exit status 2.
 
 Runs are independent and go to a pool of --workers processes (default 2); results are identical
@@ -36,7 +38,7 @@ from pathlib import Path
 
 from env import metrics as M
 from env.config import run_cli
-from harness.argtypes import count, positive_int
+from harness.argtypes import count, non_negative, positive, positive_int
 from harness.bench import run_bench
 from harness.calibrate import run_calibrate
 from harness.compare import compare, timeline
@@ -112,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
     )
     common(t)
-    t.add_argument("--seed", type=int, default=None, help="node seed (default: the scenario's)")
+    t.add_argument("--seed", type=count, default=None, help="node seed (default: the scenario's)")
 
     m = sub.add_parser(
         "maxload",
@@ -157,12 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--seeds", type=positive_int, default=1, help="seeds per load point (PARTIES: 3; default 1)"
     )
-    m.add_argument("--seed", type=int, default=0, help="first seed, also the mix sampling seed (default 0)")
+    m.add_argument("--seed", type=count, default=0, help="first seed, also the mix sampling seed (default 0)")
     m.add_argument("--platform", default="parties", help="node platform (configs/node/); default parties")
     m.add_argument("--be", default="be_parties", help="comma-separated BE jobs, or none (default be_parties)")
-    m.add_argument("--warmup-s", type=float, default=M.WARMUP_S, help="warm-up per point (default 30)")
+    m.add_argument("--warmup-s", type=non_negative, default=M.WARMUP_S, help="warm-up per point (default 30)")
     m.add_argument(
-        "--measure-s", type=float, default=M.MEASURE_S, help="measured window per point (default 60)"
+        "--measure-s", type=positive, default=M.MEASURE_S, help="measured window per point (default 60)"
     )
     m.add_argument(
         "--verdict",
@@ -181,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument(
         "--out", required=True, type=Path, help="output directory (must not exist unless --overwrite)"
     )
-    cal.add_argument("--seed", type=int, default=0, help="seed of the simulated runs (default 0)")
+    cal.add_argument("--seed", type=count, default=0, help="seed of the simulated runs (default 0)")
     cal.add_argument("--workers", type=positive_int, default=2, help="worker processes (default 2)")
     cal.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
 

@@ -49,6 +49,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from harness.argtypes import non_negative, positive
 from harness.registry import specs_help
 from harness.serving import deploy
 
@@ -70,9 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--sim", action="store_true", help="rehearse on the config's simulated scenario (a SimNode)"
     )
     p.add_argument("--scenario", help="with --sim: another scenario (name in configs/scenarios/ or a path)")
-    p.add_argument("--speed", type=float, help="with --sim: simulated seconds per real second (0 = flat out)")
-    p.add_argument("--interval-ms", type=float, help="control interval (default: the node's, 500 ms)")
-    p.add_argument("--duration-s", type=float, help="stop after this long (default: until SIGTERM/SIGINT)")
+    p.add_argument(
+        "--speed", type=non_negative, help="with --sim: simulated seconds per real second (0 = flat out)"
+    )
+    p.add_argument("--interval-ms", type=positive, help="control interval (default: the node's, 500 ms)")
+    p.add_argument(
+        "--duration-s", type=non_negative, help="stop after this long (default: until SIGTERM/SIGINT)"
+    )
     p.add_argument("--out", help="run directory (default: output.dir/<UTC time>-<controller>)")
     p.add_argument("--metrics-port", type=int, help="Prometheus /metrics and /healthz port (0 = a free port)")
     p.add_argument("--no-metrics", action="store_true", help="no /metrics endpoint")
@@ -82,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ticks", type=int, default=300, help="with --bench: ticks per controller (default 300)")
     p.add_argument(
         "--pace-ms",
-        type=float,
+        type=non_negative,
         default=20.0,
         help="with --bench: real time between ticks (default 20; 0 = back to back)",
     )

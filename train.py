@@ -17,14 +17,16 @@ scenarios, as `evaluate.py compare` does.
 Ctrl-C (or SIGTERM) saves a checkpoint of the last finished iteration; --resume continues from it.
 
 Output (--out DIR): config.yaml (the resolved config), progress.jsonl, tb/ (TensorBoard: train/,
-qos/, be/), checkpoints/iter_NNNNNN/, policy.pt (load with torch alone; evaluate it with
-`evaluate.py compare --controllers rl:DIR/policy.pt,parties ...`), eval/<scenario>/summary.json
-(schema of `evaluate.py compare`), eval/summary.md, run.json.
+qos/, be/), checkpoints/iter_NNNNNN/ and checkpoints.sha256 (their files' SHA-256: a checkpoint is
+a pickle, so --resume refuses files that do not match it), policy.pt (load with torch alone;
+evaluate it with `evaluate.py compare --controllers rl:DIR/policy.pt,parties ...`),
+eval/<scenario>/summary.json (schema of `evaluate.py compare`), eval/summary.md, run.json.
 
 Bad input - an unknown config key (in the file or a --set), a checkpoint to resume from another
-algorithm, action layout or max_apps, a missing or damaged checkpoint, a non-empty --out without
---overwrite, a Ray cluster that cannot be reached or is too small - is reported before anything is
-created, with exit status 2.
+algorithm, action layout or max_apps, a missing, damaged or changed checkpoint (not matching
+checkpoints.sha256), a non-empty --out without --overwrite, an --out that cannot be created, a Ray
+cluster that cannot be reached or is too small - is reported before anything is created, with
+exit status 2.
 """
 
 from __future__ import annotations

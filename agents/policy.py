@@ -81,13 +81,14 @@ from env.features import (
     ObservationEncoder,
 )
 from env.guards import GuardsConfig
-from env.gym_env import N_APP_MOVES, ActionCodec, describe_move
+from env.gym_env import MAX_APP_SLOTS, N_APP_MOVES, ActionCodec, describe_move
 from env.types import N_MOVES, Decision, Move, Observation
 
 ActionMode = Literal["single", "per_app"]
 POLICY_FORMAT = "coloc-policy"
 POLICY_VERSION = 1
 POLICY_FILE = "policy.pt"
+MAX_HIDDEN_UNITS = 4096  # the widest network a training config may ask for (ModelConfig)
 MASKED_LOGIT = float(torch.finfo(torch.float32).min)  # "-inf" for logits: exp() = 0, no NaN
 PRESSURE_FRAC = 0.9  # `pressure_mask`: share of its limit an app must use to be offered more of it
 SPARE_FRAC = 0.25  # `pressure_mask`: share of its limit an app must use less of to be offered less of it
@@ -129,8 +130,11 @@ class NetSpec:
     def __post_init__(self) -> None:
         if self.action_mode not in ("single", "per_app"):
             raise ConfigError(f"action_mode {self.action_mode!r}; choose 'single' or 'per_app'")
-        if self.max_apps < 1 or self.hidden_units < 1:
-            raise ConfigError("max_apps and hidden_units must be >= 1")
+        if not (1 <= self.max_apps <= MAX_APP_SLOTS and 1 <= self.hidden_units <= MAX_HIDDEN_UNITS):
+            raise ConfigError(
+                f"max_apps must be in 1..{MAX_APP_SLOTS} and hidden_units in 1..{MAX_HIDDEN_UNITS}, "
+                f"got {self.max_apps} and {self.hidden_units}"
+            )
 
     @property
     def n_actions(self) -> int:
@@ -371,8 +375,8 @@ def load_policy(
     path: str | Path, *, expect_mode: str | None = None, expect_max_apps: int | None = None
 ) -> LoadedPolicy:
     """Load an exported policy with torch alone. ConfigError (exit 2 in the CLIs) when the file is
-    missing, corrupt, of another format, trained on another feature layout, or of another action
-    layout / `max_apps` than expected."""
+    missing, corrupt, of another format, trained on another feature layout, of another action
+    layout / `max_apps` than expected, or holds weights that are not finite."""
     p = resolve_policy_path(path)
     try:
         payload = torch.load(p, map_location="cpu", weights_only=True)
@@ -396,6 +400,12 @@ def load_policy(
         net.load_state_dict(payload["state_dict"], strict=True)
     except (RuntimeError, KeyError, TypeError) as e:
         raise ConfigError(f"{p}: weights do not match the network described by its metadata ({e})") from None
+    bad = [name for name, w in net.state_dict().items() if not bool(torch.isfinite(w).all())]
+    if bad:
+        raise ConfigError(
+            f"{p}: the weights of {bad[0]} are not finite (NaN or infinity): the policy would pick arbitrary "
+            "moves; it is damaged or its training diverged (retrain it, or export an earlier checkpoint)"
+        )
     net.eval()
     return LoadedPolicy(meta, net, p)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from env.types import Allocation, AppAlloc, Capabilities
+from env.types import Allocation, AppAlloc, Capabilities, validate_allocation
 
 BE_GROUP = 0  # core group and CLOS shared by BE jobs
 
@@ -53,7 +53,8 @@ def fair_allocation(caps: Capabilities) -> Allocation:
     of one CLOS competing for its ways) rather than isolated. The BE jobs keep their own CLOS. On a
     node with a single CLOS and BE jobs nothing can be partitioned: every app and BE job is in CLOS
     0 holding all ways. Raises ValueError when the apps cannot get one core step each, or a CLOS
-    cannot get the node's minimum ways.
+    cannot get the node's minimum ways, or the shares are not a valid allocation of the node
+    (e.g. less memory per app than the node's minimum limit): the node cannot host these apps.
     """
     lc, be = caps.lc_apps, caps.be_apps
     if not lc and not be:
@@ -96,7 +97,9 @@ def fair_allocation(caps: Capabilities) -> Allocation:
                 rest_net,
             )
         )
-    return Allocation.of(apps, caps)
+    alloc = Allocation.of(apps, caps)
+    validate_allocation(alloc, caps)  # an AllocationError (a ValueError): the apps do not fit
+    return alloc
 
 
 def unmanaged_allocation(caps: Capabilities) -> Allocation:

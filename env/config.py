@@ -2,8 +2,13 @@
 
 `build(cls, data, where)` turns a mapping into the (frozen) dataclass `cls`, checking every key and
 type against the dataclass's annotations. Unknown keys, missing required keys and wrong types raise
-`ConfigError` naming the field path and what is allowed. The CLIs turn `ConfigError` into exit
+`ConfigError` naming the field path and what is allowed; a number must be finite (YAML's `.nan`
+and `.inf` are refused: no setting means "not a number"). The CLIs turn `ConfigError` into exit
 status 2.
+
+`load_yaml` reads a config file as plain data and refuses what is not a config: a file larger than
+`MAX_YAML_BYTES`, one that is not UTF-8 text, YAML nested too deeply, and YAML aliases (`*name`:
+a config is written out value by value, and aliases are how a small file expands into a huge tree).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import dataclasses
 import difflib
 import enum
 import math
+import signal
 import sys
 import types
 import typing
@@ -36,31 +42,80 @@ class ConfigError(ValueError):
 
 EXIT_BAD_INPUT = 2  # every CLI's exit status for bad input (a ConfigError)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+MAX_YAML_BYTES = 1_000_000  # the largest shipped config is under 8 KB; a bigger "config" is another file
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C so that the same clean-up runs (worker pools
+    terminated, staging directories removed, a checkpoint saved) before the CLI exits."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(signal.Signals(signum).name)
 
 
 def run_cli(prog: str, body: Callable[[], int]) -> int:
     """`body()`'s exit status; a `ConfigError` becomes "PROG: error: ..." on stderr and
-    `EXIT_BAD_INPUT`, Ctrl-C "interrupted" and `EXIT_INTERRUPTED` (train.py, evaluate.py)."""
+    `EXIT_BAD_INPUT`, Ctrl-C "interrupted" and `EXIT_INTERRUPTED` (train.py, evaluate.py). SIGTERM
+    is handled as Ctrl-C (`Terminated`) and exits with 128 + SIGTERM, as a process it stopped would."""
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return body()
     except ConfigError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Terminated:
+        print("terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _DataLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` without aliases (module docstring: a config is data written out in full)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "aliases (*name) are not allowed in a config; write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Parse the YAML file at `path` as plain data; a missing file or bad YAML is a `ConfigError`."""
+    """Parse the YAML file at `path` as plain data; a missing, unreadable, oversized or binary file
+    and bad YAML are `ConfigError`s (module docstring)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such file")
     try:
-        with path.open() as f:
-            return yaml.safe_load(f)
+        with path.open("rb") as f:
+            raw = f.read(MAX_YAML_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it ({e.strerror})") from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise ConfigError(
+            f"{path}: larger than {MAX_YAML_BYTES:,} bytes; a config is a few KB of YAML (is it the right file?)"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{path}: not a text file (byte {e.start} is not UTF-8); a config is YAML text"
+        ) from None
+    try:
+        return yaml.load(text, Loader=_DataLoader)  # a SafeLoader: plain data only
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: YAML nested too deeply to be a config") from None
 
 
 def resolve_config(kind: str, name_or_path: str | Path, suffix: str = ".yaml") -> Path:
@@ -105,6 +160,20 @@ def build(cls: type[T], data: Any, where: str) -> T:
         if isinstance(e, ConfigError):
             raise
         raise ConfigError(f"{where}: {e}") from None
+
+
+def require_positive(where: str, **values: float) -> None:
+    """`ConfigError` naming the first of `values` (field name -> value) that is not > 0."""
+    for k, v in values.items():
+        if not v > 0:
+            raise ConfigError(f"{where}.{k} must be > 0, got {v}")
+
+
+def require_in(where: str, low: float, high: float, **values: float) -> None:
+    """`ConfigError` naming the first of `values` (field name -> value) outside [low, high]."""
+    for k, v in values.items():
+        if not low <= v <= high:
+            raise ConfigError(f"{where}.{k} must be in [{low:g}, {high:g}], got {v}")
 
 
 def _field_names(cls: type) -> list[str]:
@@ -154,7 +223,13 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+        return number
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():

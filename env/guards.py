@@ -24,6 +24,10 @@ fails `validate_allocation` is replaced by a hold, so the node only ever sees va
 |              | no LC app loses anything until all targets are met for `recover_ticks` ticks     |
 |              | (Heracles Sec. 4: disable BE on a violation)                                      |
 
+Each guard's settings are checked against their range when its config is built (floors and budgets
+>= 0, an emergency trigger at or above the target, at least one tick), so a typo in a guard file is a
+`ConfigError`, not a guard that silently does nothing or everything.
+
 Which chain where: evaluation uses **clamp only** (`clamp_only()`), so that every baseline is
 judged as its paper describes it (PARTIES Sec. 5, Heracles Sec. 5) and a learned policy gets no
 help the baselines do not get. `serve.py` runs the full chain (a learned policy on a real node must
@@ -46,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from env.allocations import describe_diff, structure
-from env.config import build
+from env.config import ConfigError, build, require_in
 from env.types import (
     Allocation,
     AllocationError,
@@ -84,6 +88,13 @@ class LcFloorConfig:
     min_freq_mhz: int | None = None
     min_memory_gb: float = 0.0
 
+    def __post_init__(self) -> None:
+        require_in("lc_floor", 0, 1024, min_cores=self.min_cores)
+        require_in("lc_floor", 0, 64, min_llc_ways=self.min_llc_ways)
+        require_in("lc_floor", 0, 1e6, min_memory_gb=self.min_memory_gb)
+        if self.min_freq_mhz is not None:
+            require_in("lc_floor", 1, 10_000, min_freq_mhz=self.min_freq_mhz)
+
 
 @dataclass(frozen=True)
 class RateLimitConfig:
@@ -95,6 +106,9 @@ class RateLimitConfig:
     max_memory_decrease_gb: float = 2.0
     max_disk_decrease_mbps: float = 20.0
 
+    def __post_init__(self) -> None:
+        require_in("rate_limit", 0, 1e6, **dataclasses.asdict(self))  # 0: never reduced
+
 
 @dataclass(frozen=True)
 class CooldownConfig:
@@ -103,6 +117,9 @@ class CooldownConfig:
 
     after_violation_s: float = 5.0
     between_downsizes_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        require_in("cooldown", 0, 86_400, **dataclasses.asdict(self))
 
 
 @dataclass(frozen=True)
@@ -113,6 +130,14 @@ class EmergencyConfig:
     trigger_tardiness: float = 2.0  # p99 / target
     trigger_ticks: int = 2
     recover_ticks: int = 10
+
+    def __post_init__(self) -> None:
+        if not 1.0 <= self.trigger_tardiness <= 1e6:
+            raise ConfigError(
+                f"emergency.trigger_tardiness must be in [1, 1e6] (p99 / target: 1 = at the target), "
+                f"got {self.trigger_tardiness}"
+            )
+        require_in("emergency", 1, 1e6, trigger_ticks=self.trigger_ticks, recover_ticks=self.recover_ticks)
 
 
 @dataclass(frozen=True)

@@ -39,13 +39,16 @@ DEFAULT_EPISODE_S = 120.0  # episode length when nothing else sets it (Scenario'
 
 
 # ---- config -------------------------------------------------------------------------------------
+MAX_APP_SLOTS = 64  # LC apps one node can host with a core each; the spaces grow with the slots
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     """Everything that shapes a `NodeEnv` (and a `NodeVectorEnv`); built strictly from YAML with
     `EnvConfig.from_mapping`.
 
-    * `max_apps`: LC app slots of the observation and action spaces; a scenario with more LC apps
-      is refused at reset.
+    * `max_apps`: LC app slots of the observation and action spaces (at most `MAX_APP_SLOTS`); a
+      scenario with more LC apps is refused at reset.
     * `action_mode`: `"single"` (one move per interval, PARTIES) or `"per_app"` (every app moves).
     * `scenario`: a scenario name (configs/scenarios/), path or `Scenario` run in every episode;
       when None, `sampler` draws one per episode (its `max_apps` is lowered to `max_apps`); when
@@ -70,8 +73,8 @@ class EnvConfig:
     guards: GuardsConfig = field(default_factory=GuardsConfig)
 
     def __post_init__(self) -> None:
-        if self.max_apps < 1:
-            raise ConfigError(f"env.max_apps must be >= 1, got {self.max_apps}")
+        if not 1 <= self.max_apps <= MAX_APP_SLOTS:
+            raise ConfigError(f"env.max_apps must be in 1..{MAX_APP_SLOTS}, got {self.max_apps}")
         if self.action_mode not in ("single", "per_app"):
             raise ConfigError(f"env.action_mode: {self.action_mode!r}; choose 'single' or 'per_app'")
         if self.episode_intervals is not None and self.episode_intervals < 1:

@@ -11,7 +11,7 @@ from typing import Any
 from env.config import ConfigError
 from env.controller import ControllerContext
 from env.sim import bench
-from harness.output import check_out, staged_output
+from harness.output import staged_output
 from harness.registry import make_controller
 
 SERVE_SPECS = ("parties", "static")  # PARTIES, and a controller that never changes anything
@@ -32,20 +32,19 @@ def run_bench(out: Path, *, repeats: int = 5, batch: int = 4096, overwrite: bool
     """Measure, print the figures against their goals and write `out/bench.json`."""
     if repeats < 1 or batch < 1:
         raise ConfigError("bench: --repeats and --batch must be >= 1")
-    check_out(out, overwrite)
-    res: dict[str, Any] = bench.run(repeats, batch)
-    print("running serve_loop_overhead ...", flush=True)
-    res["serve_loop_overhead"] = serve_loop_overhead()
-    for k in ("sim_steps_per_s", "sim_batched_app_steps_per_s", "fleet_node_steps_per_s"):
-        goal = bench.GOALS.get(k)
-        met = "" if goal is None else (f"  (goal {goal:,}: {'met' if res[k] >= goal else 'NOT met'})")
-        print(f"{k:30s} {res[k]:>12,}{met}")
-    for r in res["serve_loop_overhead"]:
-        print(
-            f"serve_loop_overhead: {r['label']:<24} decide+guards+apply p99 {r['control_ms']['p99']:.2f} ms "
-            f"(CPU time {r['control_cpu_ms']['p99']:.2f} ms; goal <= 5), loop {r['cpu_pct_of_core']:.2f}% of a core (goal <= 2%)"
-        )
     with staged_output(out, overwrite) as tmp:
+        res: dict[str, Any] = bench.run(repeats, batch)
+        print("running serve_loop_overhead ...", flush=True)
+        res["serve_loop_overhead"] = serve_loop_overhead()
+        for k in ("sim_steps_per_s", "sim_batched_app_steps_per_s", "fleet_node_steps_per_s"):
+            goal = bench.GOALS.get(k)
+            met = "" if goal is None else (f"  (goal {goal:,}: {'met' if res[k] >= goal else 'NOT met'})")
+            print(f"{k:30s} {res[k]:>12,}{met}")
+        for r in res["serve_loop_overhead"]:
+            print(
+                f"serve_loop_overhead: {r['label']:<24} decide+guards+apply p99 {r['control_ms']['p99']:.2f} ms "
+                f"(CPU time {r['control_cpu_ms']['p99']:.2f} ms; goal <= 5), loop {r['cpu_pct_of_core']:.2f}% of a core (goal <= 2%)"
+            )
         (tmp / "bench.json").write_text(json.dumps(res, indent=2))
     print(f"wrote {out / 'bench.json'}")
     return 0

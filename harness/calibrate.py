@@ -32,7 +32,7 @@ from env.config import resolve_config
 from env.sim import calibration
 from env.sim.scenario import load_scenario
 from harness.maxload import MaxLoadProtocol, serial_grid
-from harness.output import check_out, pmap, staged_output
+from harness.output import pmap, staged_output
 from harness.runs import RunJob, execute
 
 FIG5_HIGH_PCT = 80.0  # "close to its max load" / "high load"
@@ -173,13 +173,12 @@ def run_calibrate(
     """Run the calibration report into `out` (checked before the run starts, written through a
     staging directory, so an existing result is replaced only with `overwrite` and only at the end).
     `controllers` False leaves out the facts that need controllers (Fig. 5-6, Sec. 4.3)."""
-    check_out(out, overwrite)
-    report = calibration.run(seed=seed, workers=workers)
-    if controllers:
-        report["parties_fig6"] = parties_fig6(seed, workers)
-        report["parties_sec43"] = parties_sec43(seed, workers)
-        report["parties_fig5"] = parties_fig5(seed, workers)
     with staged_output(out, overwrite) as tmp:
+        report = calibration.run(seed=seed, workers=workers)
+        if controllers:
+            report["parties_fig6"] = parties_fig6(seed, workers)
+            report["parties_sec43"] = parties_sec43(seed, workers)
+            report["parties_fig5"] = parties_fig5(seed, workers)
         (tmp / "calibration.json").write_text(json.dumps(report, indent=2))
         (tmp / "calibration.md").write_text(calibration.markdown(report))
         calibration.plots(report, tmp)

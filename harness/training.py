@@ -10,16 +10,19 @@ Run directory (`--out OUT`):
     OUT/progress.jsonl          one line per iteration: iteration, env steps, wall time, the scalars below
     OUT/tb/                     TensorBoard event files (tags train/, qos/, be/)
     OUT/checkpoints/iter_NNNNNN RLlib checkpoints (`Algorithm.save_to_path`) + coloc.json (layout, iteration)
+    OUT/checkpoints.sha256      the SHA-256 of every checkpoint file written (resume refuses others)
     OUT/policy.pt               the exported policy (torch alone; spec `rl:OUT/policy.pt` or `rl:OUT`)
     OUT/eval/<scenario>/        `evaluate.py compare` output of the policy vs the baselines (summary.json, ...)
     OUT/eval/summary.md         every comparison table
     OUT/run.json                how the run was started (argv, Ray address, resources); at the end
                                 also iterations, env steps, wall times and where things are
 
-Everything is validated before anything is created (config, output directory, the checkpoint to
-resume and its layout, the Ray cluster's CPUs); a bad input is a `ConfigError` (exit 2). Files are
-written atomically (checkpoints are saved to a temporary directory and renamed), so an interrupted
-run leaves complete checkpoints to resume from and no half-written file.
+Everything is validated before anything is created (config, output directory: somewhere a
+directory can be made, and never the working directory with --overwrite; the checkpoint to resume,
+its files against the run's SHA-256 manifest and its layout; the Ray cluster's CPUs); a bad input is
+a `ConfigError` (exit 2). Files are written atomically (checkpoints are saved to a temporary
+directory, recorded in `OUT/checkpoints.sha256` and renamed), so an interrupted run leaves complete
+checkpoints to resume from and no half-written file.
 
 Resume (`--resume DIR`, DIR = a run directory or one checkpoint): the latest complete checkpoint
 restores the algorithm (weights, optimiser, iteration count) and training continues up to
@@ -65,6 +68,7 @@ from agents.rllib.runtime import (
 )
 from env.config import ConfigError
 from harness.compare import run_compare, summary_table
+from harness.output import check_creatable, refuse_to_replace
 from harness.registry import factory_of, parse_specs
 from harness.runs import load_scenario_arg
 
@@ -162,10 +166,13 @@ def plan_run(config: TrainConfig, options: RunOptions) -> RunPlan:
             raise ConfigError(f"warm_start.teacher: {e}") from None
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
-    if not in_place and out.is_dir() and any(out.iterdir()) and not options.overwrite:
-        raise ConfigError(
-            f"--out {out}: exists and is not empty; pass --overwrite to replace it, or --resume {out} to continue it"
-        )
+    if not in_place and out.is_dir() and any(out.iterdir()):
+        if not options.overwrite:
+            raise ConfigError(
+                f"--out {out}: exists and is not empty; pass --overwrite to replace it, or --resume {out} to continue it"
+            )
+        refuse_to_replace(out)
+    check_creatable(out)
     return RunPlan(config, dataclasses.replace(options), res, resume, in_place)
 
 

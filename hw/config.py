@@ -4,6 +4,11 @@ The YAML says which apps run where (a Docker container by name or label, an exis
 processes we put into a cgroup we create), their QoS targets and max loads, which knobs to manage
 and how, and where the latency feed is. Every key is declared and documented here; unknown keys,
 wrong types and inconsistent values raise `ConfigError` naming the field.
+
+Paths below the kernel roots are checked too, since the node writes there as root: an app's
+`cgroup` is a path relative to each hierarchy root (a leading `/` means the same) without `..`;
+`cgroup_parent` is a relative path without `..`; an app's `name` and `cache.group_prefix` are
+plain names (they become directory names: no `/`, not `.` or `..`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,18 @@ from typing import Literal
 from env.config import ConfigError, build, load_yaml, resolve_config
 
 Knob = Literal["core", "cache", "freq", "mem", "disk", "net"]
+
+
+def check_name(name: str, where: str) -> None:
+    """`ConfigError` unless `name` can be one directory name (module docstring)."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise ConfigError(f"{where} {name!r}: a plain name (no '/', not '.' or '..')")
+
+
+def check_relative_path(path: str, where: str) -> None:
+    """`ConfigError` unless `path` is relative and stays below where it is joined (no `..`)."""
+    if path.startswith("/") or "\0" in path or ".." in Path(path).parts:
+        raise ConfigError(f"{where} {path!r}: a relative path without '..'")
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,9 @@ class AppTarget:
     in_memory: bool | None = None
 
     def __post_init__(self) -> None:
+        check_name(self.name, f"apps.{self.name}.name")
+        if self.cgroup is not None:
+            check_relative_path(self.cgroup.lstrip("/") or ".", f"apps.{self.name}.cgroup")
         where = [w for w in ("container", "label", "cgroup") if getattr(self, w)]
         if self.pids and not self.create and not self.cgroup:
             object.__setattr__(self, "create", True)
@@ -118,6 +138,9 @@ class CacheConfig:
     restrict_default_group: bool = True
     ways_fallback: int = 0  # LLC ways to report when there is no resctrl (0 = from sysfs cache info)
 
+    def __post_init__(self) -> None:
+        check_name(self.group_prefix, "cache.group_prefix")
+
 
 @dataclass(frozen=True)
 class FreqConfig:
@@ -166,6 +189,12 @@ class LinuxNodeConfig:
     def __post_init__(self) -> None:
         if not self.apps:
             raise ConfigError(f"{self.name}: apps is empty")
+        if self.cgroup_parent.startswith("/"):
+            raise ConfigError(
+                f"{self.name}.cgroup_parent {self.cgroup_parent!r}: a path relative to the cgroup root, "
+                "not an absolute one (e.g. coloc)"
+            )
+        check_relative_path(self.cgroup_parent, f"{self.name}.cgroup_parent")
         names = [a.name for a in self.apps]
         if len(set(names)) != len(names):
             raise ConfigError(f"{self.name}: duplicate app names {names}")

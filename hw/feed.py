@@ -36,6 +36,11 @@ thread (`start()`) or `poll()` at least once per interval to keep that honest. A
 lines written long before they are read, so `FileFeed` stamps a line with the writer's `t` mapped
 onto the monotonic clock when that is earlier than the read time (same host, same wall clock).
 
+A reader keeps the latest reading of the apps it is told to expect (`apps`; the LinuxNode passes its
+LC apps' feed names), or of the first `MAX_FEED_APPS` names it hears when not told: readings of
+any other app are counted in `dropped` and not kept, so a sender inventing names cannot grow the
+reader's memory.
+
 Writers: `UdpPublisher`, `FilePublisher` and `MemoryFeed` (in-process, also a source) share the
 `LatencyPublisher` protocol the load generator (`hw.loadgen`) publishes through.
 `publisher_from_url` / `source_from_url` build them from `udp://HOST:PORT` or `file:/PATH`.
@@ -52,7 +57,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -63,6 +68,7 @@ from env.histogram import UNIT_NS, LatencyHistogram
 MonotonicClock = Callable[[], float]
 WallClock = Callable[[], float]
 MAX_DATAGRAM_BYTES = 65507
+MAX_FEED_APPS = 256  # apps a reader keeps readings of when not told which (module docstring)
 
 
 @dataclass(frozen=True)
@@ -250,18 +256,28 @@ def parse_line(line: str | bytes, t_s: float) -> tuple[LatencyReading, float]:
 class _Store:
     """Latest reading per app plus counters, shared by the readers (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, apps: Iterable[str] | None = None) -> None:
         self._lock = threading.Lock()
         self._latest: dict[str, LatencyReading] = {}
+        self._apps = None if apps is None else frozenset(apps)
         self.received = 0
         self.malformed = 0
+        self.dropped = 0  # valid readings of apps not kept (module docstring)
         self.last_error: str | None = None
 
-    def put(self, reading: LatencyReading) -> None:
-        """The last reading received wins (arrival order: a file's line order, a socket's datagram order)."""
+    def put(self, reading: LatencyReading) -> bool:
+        """The last reading received wins (arrival order: a file's line order, a socket's datagram
+        order); False, and counted in `dropped`, for an app this store does not keep."""
         with self._lock:
+            known = reading.app in self._latest
+            if (self._apps is not None and reading.app not in self._apps) or (
+                self._apps is None and not known and len(self._latest) >= MAX_FEED_APPS
+            ):
+                self.dropped += 1
+                return False
             self.received += 1
             self._latest[reading.app] = reading
+            return True
 
     def bad(self, err: str) -> None:
         with self._lock:
@@ -280,9 +296,9 @@ class _Store:
 class _ReaderBase(abc.ABC):
     """Counters and `latest` over a `_Store`; subclasses implement `poll()`."""
 
-    def __init__(self, clock: MonotonicClock) -> None:
+    def __init__(self, clock: MonotonicClock, apps: Iterable[str] | None = None) -> None:
         self._clock = clock
-        self._store = _Store()
+        self._store = _Store(apps)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -295,6 +311,11 @@ class _ReaderBase(abc.ABC):
     def malformed(self) -> int:
         """Lines skipped because they broke the wire format (see `last_error`)."""
         return self._store.malformed
+
+    @property
+    def dropped(self) -> int:
+        """Valid readings of apps this reader does not keep (module docstring)."""
+        return self._store.dropped
 
     @property
     def last_error(self) -> str | None:
@@ -325,8 +346,7 @@ class _ReaderBase(abc.ABC):
             age_s = wall_now - t
             if age_s > 0:
                 reading = dataclasses.replace(reading, t_s=t_s - age_s)
-        self._store.put(reading)
-        return True
+        return self._store.put(reading)
 
     def start(self, period_s: float = 0.05) -> _ReaderBase:
         """Poll in a daemon thread every `period_s` (UdpFeed blocks on the socket instead)."""
@@ -370,9 +390,14 @@ class UdpFeed(_ReaderBase):
     """
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, *, clock: MonotonicClock = time.monotonic
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        clock: MonotonicClock = time.monotonic,
+        apps: Iterable[str] | None = None,
     ) -> None:
-        super().__init__(clock)
+        super().__init__(clock, apps)
         if not (0 <= port <= 65535):
             raise ValueError(f"UDP port must be in 0..65535, got {port}")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -452,8 +477,9 @@ class FileFeed(_ReaderBase):
         from_start: bool = False,
         clock: MonotonicClock = time.monotonic,
         wall_clock: WallClock = time.time,
+        apps: Iterable[str] | None = None,
     ) -> None:
-        super().__init__(clock)
+        super().__init__(clock, apps)
         self.path = Path(path)
         if self.path.is_dir():
             raise ValueError(f"latency feed file {self.path} is a directory")
@@ -680,10 +706,15 @@ def publisher_from_url(url: str) -> UdpPublisher | FilePublisher:
     return FilePublisher(path)
 
 
-def source_from_url(url: str, *, start_thread: bool = True) -> UdpFeed | FileFeed:
-    """A reader for `udp://HOST:PORT` (binds it) or `file:/PATH` (tails it), optionally polling in a thread."""
+def source_from_url(
+    url: str, *, start_thread: bool = True, apps: Iterable[str] | None = None
+) -> UdpFeed | FileFeed:
+    """A reader for `udp://HOST:PORT` (binds it) or `file:/PATH` (tails it), optionally polling in a
+    thread, keeping readings of `apps` only (module docstring)."""
     kind, host, port, path = _split_url(url)
-    feed: UdpFeed | FileFeed = UdpFeed(host, port or 0) if kind == "udp" else FileFeed(path)
+    feed: UdpFeed | FileFeed = (
+        UdpFeed(host, port or 0, apps=apps) if kind == "udp" else FileFeed(path, apps=apps)
+    )
     if start_thread:
         feed.start()
     return feed

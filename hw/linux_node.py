@@ -27,7 +27,10 @@ kept in `usage_of`), resctrl monitoring (LLC occupancy, memory bandwidth), cpufr
 frequency) and tc (bytes sent). BE throughput is the CPU time the BE job got, as a fraction of the
 whole managed node's CPU time (a proxy for "progress normalised to the job alone").
 
-`close()` replays the journal (everything back as found) and is idempotent.
+`close()` replays the journal (everything back as found) and is idempotent; a knob it cannot put
+back raises `RestoreError` naming it (it stays in the journal, and `unrestored` lists it), so no
+caller reports a node restored that is not. The journal replays only what this node may touch
+(`hw.state.JournalScope`: its cgroup root, resctrl and cpufreq directories, tc device, containers).
 
 Units: `memory_gb` is GiB (2^30 bytes, as the kernel counts); disk MB/s are 10^6 bytes/s; network
 Gbit/s are 10^9 bit/s.
@@ -66,7 +69,7 @@ from hw.feed import LatencyReading, LatencySource
 from hw.probe import ProbeResult, capabilities, check, probe
 from hw.resctrl import Resctrl
 from hw.runner import CommandError, HwError, HwInputError, KnobError, Runner, Sysfs
-from hw.state import Journal, RestoreReport
+from hw.state import Journal, JournalScope, RestoreReport
 from hw.tc import FIRST_APP_MINOR, Tc, net_cls_classid
 from hw.tc import restore_handler as tc_restore
 
@@ -74,6 +77,15 @@ log = logging.getLogger(__name__)
 
 GIB = 2**30
 RUNTIME_ERRORS = (KnobError, CommandError, HwError, OSError)
+
+
+class RestoreError(HwError):
+    """`close()` could not put some knobs back; `failed` names them (they stay in the journal, and
+    the next start retries them)."""
+
+    def __init__(self, message: str, failed: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.failed = failed
 
 
 @dataclass
@@ -110,9 +122,10 @@ class LinuxNode:
         self.errors: Counter[str] = Counter()
         self.last_error: str = ""
         self.restored_at_start: RestoreReport | None = None
+        self.unrestored: tuple[str, ...] = ()  # what close() could not put back
 
         # 1. the journal first: a dead controller's changes are undone before anything else
-        self._journal = Journal(cfg.state_path, self._fs)
+        self._journal = Journal(cfg.state_path, self._fs, journal_scope(cfg))
         pending = self._journal.open()
         if pending:
             log.warning(
@@ -190,7 +203,11 @@ class LinuxNode:
                 for t in self._targets.values():
                     self._cg._write(t.ref.dir("net_cls") / "net_cls.classid", str(net_cls_classid(t.minor)))
         self._owned_feed = feed is None
-        self._feed: LatencySource = feed if feed is not None else _open_feed(cfg.feed.url)
+        self._feed: LatencySource = (
+            feed
+            if feed is not None
+            else _open_feed(cfg.feed.url, [a.feed_key for a in cfg.apps if a.kind == "lc"])
+        )
         self._alloc: Allocation | None = None
         self._assumed: Allocation | None = None  # taken as in force until something is applied (assume)
         self._group_cores: dict[int, tuple[int, ...]] = {}  # core group -> physical core indices
@@ -237,23 +254,25 @@ class LinuxNode:
         return self.observe()
 
     def close(self) -> None:
-        """Restore everything as found (journal replay); idempotent."""
+        """Restore everything as found (journal replay); idempotent. `RestoreError` when some knob
+        could not be restored (module docstring)."""
         if self._closed:
             return
         self._closed = True
         try:
             report = self._journal.restore(self._handlers(self._journal.entries))
-            if not report.ok:
-                log.error(
-                    "close: %d entries could not be restored (kept in %s): %s",
-                    len(report.failed),
-                    self.config.state_path,
-                    report.failed,
-                )
         finally:
             self._journal.close()
             if getattr(self, "_owned_feed", False) and hasattr(self._feed, "close"):
                 self._feed.close()
+        if not report.ok:
+            self.unrestored = report.failed
+            raise RestoreError(
+                f"could not restore {len(report.failed)} of the node's knobs: {'; '.join(report.failed)}. "
+                f"They stay in the journal {self.config.state_path}: the next start retries them, or "
+                "restore them by hand",
+                report.failed,
+            )
 
     def __enter__(self) -> LinuxNode:
         return self
@@ -754,6 +773,16 @@ class LinuxNode:
         return handlers
 
 
+def journal_scope(cfg: LinuxNodeConfig) -> JournalScope:
+    """What the journal of a node with config `cfg` may name (hw.state): its cgroup root, resctrl and
+    cpufreq directories, its tc device and, when it manages containers, those."""
+    return JournalScope(
+        roots=(cfg.cgroup_root, cfg.cache.resctrl_root, cfg.cpu_root),
+        net_devices=((cfg.net.device, cfg.net.netns),) if cfg.net.device else (),
+        containers=cfg.uses_docker,
+    )
+
+
 def _members(alloc: Allocation | None, group: int) -> int:
     return 0 if alloc is None else sum(1 for a in alloc if a.core_group == group)
 
@@ -780,7 +809,7 @@ def assign_cores(
     return {g: tuple(sorted(v)) for g, v in out.items()}
 
 
-def _open_feed(url: str) -> LatencySource:
+def _open_feed(url: str, apps: list[str]) -> LatencySource:
     from hw.feed import source_from_url
 
-    return source_from_url(url)
+    return source_from_url(url, apps=apps)  # the node's LC apps only: other names are dropped

@@ -7,9 +7,19 @@ journal in reverse order and deletes it. If the controller dies (crash, `kill -9
 stays; the next `LinuxNode` start replays it before doing anything else (`Journal.open` returns
 the pending entries), so a node is never left throttled by a dead controller.
 
-The file is JSON lines, append-only: a crash can only tear the last line, and a torn line is an
-entry whose write never happened (the record precedes the write), so it is skipped. An exclusive
-`flock` keeps two live controllers off the same journal; the kernel drops it when a process dies.
+The file is JSON lines, append-only: a crash can only tear the last line, and a torn last line
+(no newline) is an entry whose write never happened (the record precedes the write), so it is
+skipped. Any other line that is not an entry means the journal is damaged: `JournalError`, which
+says what to do, and nothing is replayed. An exclusive `flock` keeps two live controllers off the
+same journal; the kernel drops it when a process dies.
+
+Replaying a journal writes to the paths it names, as root, so a journal names only what its node
+may touch (`JournalScope`): knob files of the kinds the actuators write (`KNOB_FILES`), under the
+node's cgroup roots, resctrl and cpufreq directories; directories below those roots; the node's tc
+device; containers only when the node manages containers. `Journal.open` checks every entry before
+anything is replayed, and an entry outside the scope (a journal written for another config, or
+edited) is a `JournalError`. The journal is created 0600 and stays so: it is opened without
+following a symlink, and rewritten through a unique temporary file (mode 0600) renamed over it.
 
 Entry kinds restored here: `file` (write the recorded values back, in order), `mkdir` (remove a
 directory we created), `procs` (move a process back to the cgroups it came from). Other kinds
@@ -23,12 +33,14 @@ import fcntl
 import json
 import logging
 import os
+import stat
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hw.runner import HwError, Sysfs, TargetGone
+from hw.runner import HwError, HwInputError, Sysfs, TargetGone
 
 log = logging.getLogger(__name__)
 
@@ -66,21 +78,109 @@ class JournalBusy(HwError):
     """Another live controller holds this journal."""
 
 
+class JournalError(HwInputError):
+    """The journal is damaged, or names something outside its node (module docstring): nothing was
+    replayed; the message says what to do."""
+
+
+# the files the actuators journal (hw.cgroups, hw.resctrl, hw.cpufreq): the only ones a replay writes
+KNOB_FILES = frozenset(
+    {
+        "cpuset.cpus",
+        "cpuset.mems",
+        "cgroup.subtree_control",
+        "cpu.max",
+        "cpu.cfs_quota_us",
+        "cpu.cfs_period_us",
+        "memory.max",
+        "memory.high",
+        "memory.limit_in_bytes",
+        "memory.memsw.limit_in_bytes",
+        "io.max",
+        "blkio.throttle.read_bps_device",
+        "blkio.throttle.write_bps_device",
+        "freezer.state",
+        "cgroup.freeze",
+        "net_cls.classid",
+        "schemata",
+        "scaling_governor",
+        "scaling_setspeed",
+        "scaling_min_freq",
+        "scaling_max_freq",
+    }
+)
+PROCS_FILES = frozenset({"cgroup.procs"})
+
+
+@dataclass(frozen=True)
+class JournalScope:
+    """What one node's journal may name (module docstring): `roots` are its cgroup hierarchy root,
+    resctrl and cpufreq directories, `net_devices` its tc (device, netns), `containers` whether it
+    manages Docker containers."""
+
+    roots: tuple[str, ...]
+    net_devices: tuple[tuple[str, str | None], ...] = ()
+    containers: bool = False
+
+    def check(self, e: JournalEntry) -> None:
+        """`ValueError` saying why `e` is outside this node."""
+        d = e.data
+        if e.kind == "file":
+            self._path(d.get("path", e.key), KNOB_FILES)
+            if not isinstance(d.get("values"), list) or not all(isinstance(v, str) for v in d["values"]):
+                raise ValueError("its values are not a list of strings")
+        elif e.kind == "mkdir":
+            self._path(e.key, None)
+        elif e.kind == "procs":
+            if (
+                not isinstance(d.get("pid"), int)
+                or d["pid"] < 1
+                or not isinstance(d.get("procs_files"), list)
+            ):
+                raise ValueError("not a process and its cgroup.procs files")
+            for f in d["procs_files"]:
+                self._path(f, PROCS_FILES)
+        elif e.kind == "tc_root":
+            if (d.get("dev"), d.get("netns")) not in self.net_devices:
+                raise ValueError(
+                    f"tc device {d.get('dev')!r} is not this node's ({self.net_devices or 'none'})"
+                )
+        elif e.kind == "docker":
+            if not self.containers:
+                raise ValueError("this node manages no containers")
+            if d.get("memory_file"):
+                self._path(d["memory_file"], KNOB_FILES)
+        else:
+            raise ValueError(f"unknown kind {e.kind!r}")
+
+    def _path(self, path: Any, names: frozenset[str] | None) -> None:
+        if not isinstance(path, str) or not os.path.isabs(path) or os.path.normpath(path) != path:
+            raise ValueError(f"{path!r} is not a plain absolute path")
+        if names is not None and os.path.basename(path) not in names:
+            raise ValueError(f"{path} is not a knob file the node writes")
+        real = os.path.realpath(path)  # a symlink below a root may not lead out of it
+        if any(real.startswith(os.path.realpath(root).rstrip("/") + "/") for root in self.roots):
+            return
+        raise ValueError(f"{path} is not under this node's {', '.join(self.roots)}")
+
+
 class Journal:
     """The on-disk journal at `path` (one per managed node)."""
 
-    def __init__(self, path: str | Path, fs: Sysfs | None = None) -> None:
+    def __init__(self, path: str | Path, fs: Sysfs | None = None, scope: JournalScope | None = None) -> None:
         self.path = Path(path)
         self.fs = fs or Sysfs()
+        self.scope = scope  # None: any entry (unit tests of the journal itself)
         self._entries: list[JournalEntry] = []
         self._keys: set[tuple[str, str]] = set()
         self._fd: int | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def open(self) -> list[JournalEntry]:
-        """Lock the journal and return the entries a previous, unfinished run left (oldest first)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        """Lock the journal and return the entries a previous, unfinished run left (oldest first);
+        `JournalError` when it is damaged or names something outside `scope` (nothing replayed)."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = self._open_fd(os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -91,9 +191,31 @@ class Journal:
                 ) from None
             raise
         self._fd = fd
-        self._entries = self._load()
+        try:
+            self._entries = self._load(fd)
+        except JournalError:
+            self.close()
+            raise
         self._keys = {(e.kind, e.key) for e in self._entries}
         return list(self._entries)
+
+    def _open_fd(self, create: int) -> int:
+        """The journal opened for appending, never through a symlink, a regular file of mode 0600."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | create, 0o600)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise JournalError(
+                    f"journal {self.path} is a symlink; a journal is a plain file (remove the link)"
+                ) from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise JournalError(f"journal {self.path} is not a regular file")
+        if stat.S_IMODE(st.st_mode) != 0o600:
+            os.fchmod(fd, 0o600)
+        return fd
 
     def close(self) -> None:
         if self._fd is not None:
@@ -104,19 +226,42 @@ class Journal:
     def entries(self) -> tuple[JournalEntry, ...]:
         return tuple(self._entries)
 
-    def _load(self) -> list[JournalEntry]:
+    def _load(self, fd: int) -> list[JournalEntry]:
+        data = b""
+        while chunk := os.pread(fd, 1 << 20, len(data)):
+            data += chunk
+        lines = data.split(b"\n")
         out = []
-        with open(self.path) as f:
-            for i, line in enumerate(f):
-                line = line.strip()
-                if not line:
+        for i, raw in enumerate(lines):
+            if not raw.strip():
+                continue
+            try:
+                d = json.loads(raw)
+                if not (isinstance(d["kind"], str) and isinstance(d["key"], str)):
+                    raise TypeError("kind and key must be strings")
+                entry = JournalEntry(d["kind"], d["key"], d.get("data", {}))
+                if not isinstance(entry.data, dict):
+                    raise TypeError("data must be a mapping")
+            except (ValueError, KeyError, TypeError) as e:
+                if i == len(lines) - 1:  # no newline after it: an append a crash cut short
+                    log.warning("journal %s: skipping the torn last line %d", self.path, i + 1)
                     continue
+                raise self._damaged(i + 1, f"not a journal entry ({type(e).__name__}: {e})") from None
+            if self.scope is not None:
                 try:
-                    d = json.loads(line)
-                    out.append(JournalEntry(d["kind"], d["key"], d.get("data", {})))
-                except (ValueError, KeyError, TypeError):
-                    log.warning("journal %s: skipping torn or unreadable line %d", self.path, i + 1)
+                    self.scope.check(entry)
+                except ValueError as e:
+                    raise self._damaged(i + 1, f"{entry.kind} entry outside this node: {e}") from None
+            out.append(entry)
         return out
+
+    def _damaged(self, line: int, why: str) -> JournalError:
+        return JournalError(
+            f"journal {self.path} line {line}: {why}. Nothing was replayed: a journal this node did not "
+            "write (another config, or an edited or damaged file) is not trusted to write to the machine. "
+            "Check the knobs it lists by hand (cgroups, resctrl, cpufreq, tc; `cat` it), restore what is "
+            f"yours, then move it away (mv {self.path} {self.path}.bad) and start again"
+        )
 
     # ---- recording ---------------------------------------------------------------------------------
     def recorded(self, kind: str, key: str) -> bool:
@@ -172,18 +317,24 @@ class Journal:
         return RestoreReport(restored, skipped, tuple(failed))
 
     def _rewrite(self, entries: list[JournalEntry]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            for e in entries:
-                f.write(e.to_json() + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        """Replace the journal by `entries` through a unique temporary file (0600, O_EXCL: never a
+        file someone else prepared) renamed over it; the lock moves to the new file."""
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                for e in entries:
+                    f.write(e.to_json() + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         if self._fd is not None:
             # keep the lock on the new inode
             os.close(self._fd)
             self._fd = None
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+            fd = self._open_fd(0)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             self._fd = fd
         self._entries = list(entries)

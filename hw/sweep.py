@@ -231,6 +231,7 @@ def sim_sweep(cfg: SweepConfig, progress: Progress | None = None) -> list[Point]
     from env.sim.node import SimNode
     from env.sim.profiles import load_lc_profile
     from env.sim.scenario import AppEntry, Scenario
+    from env.sim.traces import MAX_HORIZON_S
 
     max_rps = load_lc_profile("memcached").max_load_rps
     out = []
@@ -240,7 +241,7 @@ def sim_sweep(cfg: SweepConfig, progress: Progress | None = None) -> list[Point]
             platform=cfg.platform,
             apps=(AppEntry("memcached", load=rate / max_rps),),
             be=(),
-            duration_s=1e9,
+            duration_s=MAX_HORIZON_S,  # the longest scenario: the sweep never reaches it
             warmup_s=0.0,
             seed=cfg.seed,
         )

@@ -1,7 +1,8 @@
 """The typed training config of `train.py` (`configs/train/*.yaml`), strict like every config.
 
 A YAML file is data for `TrainConfig`; `load_train_config(path, overrides)` applies `--set
-key=value` overrides (dotted paths, values parsed as YAML scalars) to the raw mapping and builds it
+key=value` overrides (dotted paths, values parsed as YAML; a mapping is merged into the section it
+names, never replaces it) to the raw mapping and builds it
 with `env.config.build`, so an unknown key - in the file or in an override - is a `ConfigError`
 naming the field (exit 2 in the CLI). `resolved(config)` is the plain mapping saved beside a run
 (`OUT/config.yaml`), which loads back into the same config.
@@ -34,7 +35,15 @@ from typing import Any, Literal
 import yaml
 
 from agents.policy import NetSpec
-from env.config import ConfigError, build, load_yaml, plain_data, resolve_config
+from env.config import (
+    ConfigError,
+    build,
+    load_yaml,
+    plain_data,
+    require_in,
+    require_positive,
+    resolve_config,
+)
 from env.guards import GuardsConfig
 from env.gym_env import EnvConfig
 from env.scenario_sampler import SamplerConfig
@@ -110,8 +119,8 @@ class PPOSettings:
     grad_clip: float = 0.5
 
     def __post_init__(self) -> None:
-        _positive("ppo", lr=self.lr, num_epochs=self.num_epochs, minibatch_size=self.minibatch_size)
-        _unit("ppo", gamma=self.gamma, gae_lambda=self.gae_lambda)
+        require_positive("ppo", lr=self.lr, num_epochs=self.num_epochs, minibatch_size=self.minibatch_size)
+        require_in("ppo", 0.0, 1.0, gamma=self.gamma, gae_lambda=self.gae_lambda)
         if self.minibatch_size > self.train_batch_size:
             raise ConfigError("ppo.minibatch_size must be <= ppo.train_batch_size")
 
@@ -138,7 +147,7 @@ class DQNSettings:
     grad_clip: float = 10.0
 
     def __post_init__(self) -> None:
-        _positive(
+        require_positive(
             "dqn",
             lr=self.lr,
             n_step=self.n_step,
@@ -147,7 +156,14 @@ class DQNSettings:
             target_network_update_freq=self.target_network_update_freq,
             epsilon_timesteps=self.epsilon_timesteps,
         )
-        _unit("dqn", gamma=self.gamma, initial_epsilon=self.initial_epsilon, final_epsilon=self.final_epsilon)
+        require_in(
+            "dqn",
+            0.0,
+            1.0,
+            gamma=self.gamma,
+            initial_epsilon=self.initial_epsilon,
+            final_epsilon=self.final_epsilon,
+        )
 
 
 @dataclass(frozen=True)
@@ -234,14 +250,14 @@ class WarmStartConfig:
     dagger_student_frac: float = 0.5
 
     def __post_init__(self) -> None:
-        _positive(
+        require_positive(
             "warm_start", episodes=self.episodes, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr
         )
         if self.value_weight < 0:
             raise ConfigError("warm_start.value_weight must be >= 0")
         if self.dagger_rounds < 0:
             raise ConfigError("warm_start.dagger_rounds must be >= 0")
-        _unit("warm_start", dagger_student_frac=self.dagger_student_frac)
+        require_in("warm_start", 0.0, 1.0, dagger_student_frac=self.dagger_student_frac)
 
 
 @dataclass(frozen=True)
@@ -275,6 +291,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.iterations < 1 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ConfigError("iterations, checkpoint_every and keep_checkpoints must be >= 1")
+        if self.seed < 0:
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
         if self.max_train_minutes is not None and not self.max_train_minutes > 0:
             raise ConfigError(f"max_train_minutes must be > 0 (or null), got {self.max_train_minutes}")
         if not self.reward_scale > 0:
@@ -313,18 +331,6 @@ class TrainConfig:
 
 
 # ---- loading --------------------------------------------------------------------------------------
-def _positive(where: str, **values: float) -> None:
-    for k, v in values.items():
-        if not v > 0:
-            raise ConfigError(f"{where}.{k} must be > 0, got {v}")
-
-
-def _unit(where: str, **values: float) -> None:
-    for k, v in values.items():
-        if not 0.0 <= v <= 1.0:
-            raise ConfigError(f"{where}.{k} must be in [0, 1], got {v}")
-
-
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (["a", "b", "c"], value parsed as a YAML scalar/flow value; `1e-4` is a number)."""
     key, sep, raw = text.partition("=")
@@ -342,8 +348,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """A deep copy of `data` with each `key=value` set (missing intermediate mappings created);
-    the result is validated by `build`, so an unknown key fails there, naming the field."""
+    """A deep copy of `data` with each `key=value` set (missing intermediate mappings created); a
+    mapping value is merged into the section it names (`--set 'ppo={lr: 1e-4}'` changes `ppo.lr` and
+    keeps the file's other `ppo` keys). The result is validated by `build`, so an unknown key fails
+    there, naming the field."""
     out: dict[str, Any] = _copy(data)
     for text in overrides:
         path, value = parse_override(text)
@@ -355,7 +363,16 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
             if not isinstance(nxt, dict):
                 raise ConfigError(f"--set {text!r}: {'.'.join(path[: i + 1])} is not a section")
             node = nxt
-        node[path[-1]] = value
+        old = node.get(path[-1])
+        node[path[-1]] = _merged(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
+
+
+def _merged(old: dict[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """`old` with `new`'s keys set, sections merged recursively."""
+    out = dict(old)
+    for k, v in new.items():
+        out[k] = _merged(out[k], v) if isinstance(out.get(k), dict) and isinstance(v, dict) else v
     return out
 
 

@@ -6,11 +6,18 @@ the final comparison with the baselines) is driven from `harness.training`.
 Checkpoint directory (`OUT/checkpoints/iter_NNNNNN`): RLlib's `Algorithm.save_to_path` output plus
 `coloc.json` (format, algorithm, network layout, feature layout, iteration, env steps and the
 resolved config), saved under a temporary name and renamed, so a checkpoint is complete or absent.
+
+RLlib's checkpoints are pickles: restoring one runs whatever code it names, so a checkpoint must be
+trusted like code. The run directory holds the SHA-256 of every checkpoint file train.py wrote
+(`OUT/checkpoints.sha256`, recorded before the checkpoint is renamed into place, in `sha256sum`'s
+format), and `find_checkpoint` refuses a checkpoint with a file that is missing from it, differs
+from it or is not a regular file, naming the file, before anything is unpickled.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -25,6 +32,7 @@ from agents.policy import (
     ColocNet,
     NetSpec,
     PolicyMeta,
+    atomic_write_bytes,
     check_layout,
     export_policy,
     feature_layout,
@@ -34,6 +42,7 @@ from env.config import ConfigError
 
 CHECKPOINT_META = "coloc.json"
 CHECKPOINT_FORMAT = "coloc-rllib-checkpoint"
+MANIFEST = "checkpoints.sha256"  # in the run directory; `sha256sum -c checkpoints.sha256` checks it too
 
 
 def checkpoint_meta(config: TrainConfig, iteration: int, env_steps: int) -> dict[str, Any]:
@@ -52,7 +61,7 @@ def checkpoint_meta(config: TrainConfig, iteration: int, env_steps: int) -> dict
 def _read_meta(ckpt: Path) -> dict[str, Any]:
     try:
         meta = json.loads((ckpt / CHECKPOINT_META).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: bad JSON or not UTF-8
         raise ConfigError(
             f"--resume {ckpt}: unreadable {CHECKPOINT_META} ({e}); the checkpoint is damaged"
         ) from None
@@ -78,7 +87,8 @@ CHECKPOINT_FILES = (
 
 
 def find_checkpoint(path: Path) -> tuple[Path, dict[str, Any]]:
-    """The checkpoint to resume: `path` itself, or the latest complete one of the run `path`."""
+    """The checkpoint to resume: `path` itself, or the latest complete one of the run `path`,
+    checked against its run's manifest (`verify_checkpoint`) before anything in it is read."""
     if not path.is_dir():
         raise ConfigError(f"--resume {path}: no such directory")
     if (path / CHECKPOINT_META).is_file():
@@ -90,11 +100,100 @@ def find_checkpoint(path: Path) -> tuple[Path, dict[str, Any]]:
                 f"--resume {path}: no checkpoint found (expected {path}/checkpoints/iter_*/{CHECKPOINT_META})"
             )
         ckpt = found[-1]
+    verify_checkpoint(ckpt)
     meta = _read_meta(ckpt)
     missing = [f for f in CHECKPOINT_FILES if not (ckpt / f).is_file()]
     if missing:
         raise ConfigError(f"--resume {ckpt}: damaged checkpoint, missing {missing}")
     return ckpt, meta
+
+
+# ---- the manifest of checkpoint files (module docstring) ------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_manifest(run_dir: Path) -> dict[str, str]:
+    """The run's manifest: path relative to `run_dir` -> SHA-256 ({} when there is none)."""
+    path = run_dir / MANIFEST
+    if not path.is_file():
+        return {}
+    out = {}
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: unreadable ({e})") from None
+    for i, line in enumerate(lines, start=1):
+        digest, sep, rel = line.partition("  ")
+        if not sep or len(digest) != 64 or not rel:
+            raise ConfigError(f"{path}:{i}: not a `SHA256  PATH` line")
+        out[rel] = digest
+    return out
+
+
+def _write_manifest(run_dir: Path, entries: dict[str, str]) -> None:
+    text = "".join(f"{digest}  {rel}\n" for rel, digest in sorted(entries.items()))
+    atomic_write_bytes(run_dir / MANIFEST, text.encode())
+
+
+def _checkpoint_of(rel: str) -> str:
+    return rel.split("/")[1] if rel.startswith("checkpoints/") and rel.count("/") >= 2 else ""
+
+
+def record_checkpoint(run_dir: Path, name: str, files: Path) -> None:
+    """Record the SHA-256 of every file under `files` as checkpoint `name` of `run_dir` (before
+    `files` is renamed to `run_dir/checkpoints/name`); entries of checkpoints no longer in the run
+    are dropped."""
+    entries = {rel: digest for rel, digest in _present(run_dir).items() if _checkpoint_of(rel) != name}
+    for f in sorted(files.rglob("*")):
+        if f.is_file():
+            entries[f"checkpoints/{name}/{f.relative_to(files).as_posix()}"] = _sha256(f)
+    _write_manifest(run_dir, entries)
+
+
+def _present(run_dir: Path) -> dict[str, str]:
+    """The manifest's entries of the checkpoints still in the run directory."""
+    return {
+        rel: digest
+        for rel, digest in read_manifest(run_dir).items()
+        if _checkpoint_of(rel) and (run_dir / "checkpoints" / _checkpoint_of(rel)).is_dir()
+    }
+
+
+def verify_checkpoint(ckpt: Path) -> None:
+    """ConfigError unless every file of checkpoint `ckpt` is a regular file recorded with its SHA-256
+    in its run's manifest, and every recorded file is there (module docstring: why)."""
+    run_dir = ckpt.parent.parent
+    trust = (
+        "a checkpoint is unpickled when it is resumed, so it runs code: resume only from checkpoints you "
+        "trust (written by your own train.py)"
+    )
+    if ckpt.parent.name != "checkpoints" or not (run_dir / MANIFEST).is_file():
+        raise ConfigError(
+            f"--resume {ckpt}: no {MANIFEST} beside its checkpoints/, so its files cannot be checked against "
+            f"what train.py wrote; {trust}. If you trust it, record it: cd {run_dir} && find checkpoints "
+            f"-type f -exec sha256sum {{}} + > {MANIFEST}"
+        )
+    recorded = {k: v for k, v in read_manifest(run_dir).items() if _checkpoint_of(k) == ckpt.name}
+    for f in sorted(ckpt.rglob("*")):
+        rel = f.relative_to(run_dir).as_posix()
+        if f.is_symlink() or not (f.is_file() or f.is_dir()):
+            raise ConfigError(f"--resume {ckpt}: {rel} is not a regular file; {trust}")
+        if f.is_dir():
+            continue
+        if rel not in recorded:
+            raise ConfigError(f"--resume {ckpt}: {rel} is not in {run_dir / MANIFEST} (added later); {trust}")
+        if _sha256(f) != recorded.pop(rel):
+            raise ConfigError(
+                f"--resume {ckpt}: {rel} does not match its SHA-256 in {run_dir / MANIFEST} (changed after "
+                f"train.py wrote it); {trust}"
+            )
+    if recorded:
+        raise ConfigError(f"--resume {ckpt}: {sorted(recorded)[0]} is missing; the checkpoint is damaged")
 
 
 def check_compatible(config: TrainConfig, meta: dict[str, Any], where: str) -> None:
@@ -228,8 +327,9 @@ def export_from_algo(algo: Any, config: TrainConfig, path: Path, iteration: int,
 
 
 def save_checkpoint(algo: Any, config: TrainConfig, out: Path, iteration: int, env_steps: int) -> Path:
-    """`OUT/checkpoints/iter_NNNNNN` (saved under a temporary name, then renamed), the exported
-    `OUT/policy.pt`, and only the newest `keep_checkpoints` checkpoints kept."""
+    """`OUT/checkpoints/iter_NNNNNN` (saved under a temporary name, its files recorded in the
+    manifest, then renamed), the exported `OUT/policy.pt`, and only the newest `keep_checkpoints`
+    checkpoints kept."""
     root = out / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"iter_{iteration:06d}"
@@ -239,6 +339,7 @@ def save_checkpoint(algo: Any, config: TrainConfig, out: Path, iteration: int, e
         (tmp / CHECKPOINT_META).write_text(
             json.dumps(checkpoint_meta(config, iteration, env_steps), indent=2) + "\n"
         )
+        record_checkpoint(out, final.name, tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -248,6 +349,7 @@ def save_checkpoint(algo: Any, config: TrainConfig, out: Path, iteration: int, e
     export_from_algo(algo, config, out / POLICY_FILE, iteration, env_steps)
     for old in checkpoints_in(out)[: -config.keep_checkpoints]:
         shutil.rmtree(old, ignore_errors=True)
+    _write_manifest(out, _present(out))
     return final
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from env.sim.node import SimFleet, SimNode
 from env.sim.scenario import simple_scenario
+from env.sim.traces import MAX_HORIZON_S
 
 GOALS = {"sim_steps_per_s": 20_000, "sim_batched_app_steps_per_s": 1_000_000}
 MIX = {"memcached": 0.5, "xapian": 0.5, "nginx": 0.5}
@@ -55,7 +56,7 @@ def run(repeats: int = 5, batch: int = 4096) -> dict:
         pinned = True
     except (AttributeError, OSError):
         pinned = False
-    scn = simple_scenario(MIX, duration_s=1e6, warmup_s=0)
+    scn = simple_scenario(MIX, duration_s=MAX_HORIZON_S, warmup_s=0)  # the longest scenario: never ends here
     node = SimNode(scn, seed=0, histograms=False)
     steps = _rate(node.step, 2000, repeats)
     hist_node = SimNode(scn, seed=0)

@@ -23,10 +23,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import multiprocessing
+import signal
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -111,11 +112,18 @@ def _coco_cell(app: str, idx: int, seed: int) -> float:
 
 
 def _map(fn: Callable, args: list[tuple], workers: int) -> list:
+    """`[fn(*a) for a in args]` on `workers` forked processes. Leaving the pool (a result, an error,
+    Ctrl-C or SIGTERM) terminates them, so no measurement outlives an interrupted report; they leave
+    both signals to this process, which terminates them."""
     if workers <= 1:
         return [fn(*a) for a in args]
-    with ProcessPoolExecutor(max_workers=workers) as ex:
-        futs = [ex.submit(fn, *a) for a in args]
-        return [f.result() for f in futs]
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_signals) as pool:
+        return pool.starmap(fn, args)
+
+
+def _worker_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 # ---- PARTIES Fig. 2: the smallest (cores, ways) meeting QoS -------------------------------------

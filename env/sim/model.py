@@ -987,7 +987,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             r_net = 0.0
             if bits > 0.0:
                 avail = _greedy_share(tmp, tmp2, link, w, alloc[b, w, A_NET], scratch, scratch2, nw, active)
-                avail = max(avail, net_alloc[w])
+                avail = max(avail, net_alloc[w], 1e-9)  # no bandwidth: ~nothing served, never 0/0
                 net_cap = avail / bits
                 if net_cap > lam:
                     r_net = net_cap - lam

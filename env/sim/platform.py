@@ -5,6 +5,10 @@ DVFS levels and turbo under a shared socket power budget, LLC ways and CAT class
 where present, memory capacity and bandwidth, a disk and a network link. The defaults describe
 PARTIES Table 1 (one socket of a dual Xeon E5-2699 v4, 8 of its 22 cores reserved for network
 interrupts, Sec. 3).
+
+Every quantity is checked against its physical range when a platform is built (counts >= 1,
+capacities and bandwidths > 0, allocation steps > 0 and no larger than what they divide), so a
+platform file either loads or is a `ConfigError` naming the field.
 """
 
 from __future__ import annotations
@@ -13,8 +17,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from env.config import ConfigError, build, load_yaml, resolve_config
+from env.config import ConfigError, build, load_yaml, require_in, require_positive, resolve_config
 from env.types import Capabilities, Resource
+
+MAX_CORES = 1024  # physical cores of one socket
+MAX_WAYS = 64  # LLC ways and CAT classes of service
+MAX_FREQ_MHZ = 10_000
+MAX_FREQ_LEVELS = 1000  # DVFS levels between min and nominal
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,66 @@ class Platform:
         for p in self.mba.levels_pct:
             if not 0 < p <= 100:
                 raise ConfigError(f"platform {self.name}: mba.levels_pct must be in 1..100, got {p}")
+        self._check_ranges(f"platform {self.name}")
+
+    def _check_ranges(self, where: str) -> None:
+        """The physical ranges of the module docstring; `ConfigError` naming the first field outside."""
+        llc, f, pw, mem, disk, net = self.llc, self.freq, self.power, self.memory, self.disk, self.network
+        require_in(where, 1, MAX_CORES, socket_cores=self.socket_cores)
+        require_in(where, 1, 8, threads_per_core=self.threads_per_core)
+        require_in(where, 1, MAX_WAYS, **{"llc.ways": llc.ways, "llc.clos": llc.clos})
+        require_in(where, 1, llc.ways, **{"llc.min_ways": llc.min_ways})
+        require_in(
+            where,
+            0.0,
+            1.0,
+            **{"llc.stream_weight": llc.stream_weight},
+            migration_penalty=self.migration_penalty,
+        )
+        require_in(where, 1, MAX_FREQ_MHZ, **{"freq.nominal_mhz": f.nominal_mhz, "freq.step_mhz": f.step_mhz})
+        if (f.nominal_mhz - f.min_mhz) // f.step_mhz > MAX_FREQ_LEVELS:
+            raise ConfigError(f"{where}: more than {MAX_FREQ_LEVELS} frequency levels (raise freq.step_mhz)")
+        if f.all_core_turbo_mhz and not f.nominal_mhz <= f.all_core_turbo_mhz <= max(
+            f.turbo_mhz, f.nominal_mhz
+        ):
+            raise ConfigError(f"{where}: freq.all_core_turbo_mhz must be in nominal_mhz..turbo_mhz (or 0)")
+        require_positive(
+            where,
+            **{
+                "llc.mb": llc.mb,
+                "llc.bandwidth_gbps": llc.bandwidth_gbps,
+                "power.tdp_w": pw.tdp_w,
+                "power.core_dynamic_w": pw.core_dynamic_w,
+                "memory.gb": mem.gb,
+                "memory.bandwidth_gbps": mem.bandwidth_gbps,
+                "memory.latency_ns": mem.latency_ns,
+                "memory.reclaim_gbps": mem.reclaim_gbps,
+                "disk.iops": disk.iops,
+                "disk.seq_mbps": disk.seq_mbps,
+                "network.gbps": net.gbps,
+                "sched_slice_ms": self.sched_slice_ms,
+                "sched_wakeup_delay_ms": self.sched_wakeup_delay_ms,
+            },
+        )
+        require_in(where, 1e-3, 60.0, interval_s=self.interval_s)
+        require_in(where, 1e-9, mem.gb, **{"memory.step_gb": mem.step_gb})
+        require_in(where, 1e-9, disk.seq_mbps, **{"disk.step_mbps": disk.step_mbps})
+        require_in(where, 1e-9, net.gbps, **{"network.step_gbps": net.step_gbps})
+        require_in(
+            where,
+            0.0,
+            1e12,
+            **{
+                "llc.contention": llc.contention,
+                "mba.delay": self.mba.delay,
+                "power.uncore_w": pw.uncore_w,
+                "power.core_idle_w": pw.core_idle_w,
+                "power.irq_active_cores": pw.irq_active_cores,
+                "memory.queueing": mem.queueing,
+                "disk.slice_ms": disk.slice_ms,
+                "network.congestion_delay_ms": net.congestion_delay_ms,
+            },
+        )
 
     @property
     def freq_levels_mhz(self) -> tuple[int, ...]:

@@ -20,7 +20,9 @@ CPU-bound app (`knee: cpu`) that quantity is its service time per request; for a
 (`knee: disk`, MongoDB) it is the page touches per request that miss to disk, and its service time
 comes from its CPU share (`service_us`).
 Parameters marked "fitted" come from `python -m env.sim.fit` (they are written into the YAML by
-it); all others are from the papers or documented physical estimates.
+it); all others are from the papers or documented physical estimates. Every parameter is checked
+against its physical range when a profile is built (a count is >= 1, a rate or size >= 0, a
+fraction in [0, 1]), so that a profile either loads or is a `ConfigError` naming the field.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from env.config import CONFIGS, ConfigError, build, load_yaml, resolve_config
+from env.config import CONFIGS, ConfigError, build, load_yaml, require_in, require_positive, resolve_config
+
+MAX_THREADS = 4096  # threads of one app or thread class: more than any socket runs
+MAX_RPS = 1e9  # max load of one app (memcached on PARTIES' Xeon: 1.28M rps)
+MAX_LATENCY_US = 1e9  # a QoS target of 1000 s is not a latency-critical service
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,38 @@ class LcProfile:
             raise ConfigError(f"app {self.name}: llc_miss_min must be in [0, 1]")
         if self.knee == "disk" and self.service_us <= 0:
             raise ConfigError(f"app {self.name}: knee: disk needs service_us (its CPU time per request)")
+        where = f"app {self.name}"
+        require_in(where, 1, MAX_THREADS, threads=self.threads)
+        require_in(where, 1e-3, MAX_RPS, max_load_rps=self.max_load_rps)
+        require_in(where, 1e-3, MAX_LATENCY_US, qos_target_us=self.qos_target_us)
+        require_positive(
+            where,
+            ios_per_miss=self.ios_per_miss,
+            llc_kappa_mb=self.llc_kappa_mb,
+            dataset_gb=self.dataset_gb,
+            io_kb=self.io_kb,
+            net_flows=self.net_flows,
+            knee_load=self.knee_load,
+        )
+        require_in(where, 0.05, 10.0, llc_alpha=self.llc_alpha)  # the miss curve's exponent
+        require_in(where, 0.0, 0.999, service_det=self.service_det, knee_meet_prob=self.knee_meet_prob)
+        require_in(
+            where,
+            0.0,
+            1e12,
+            base_latency_us=self.base_latency_us,
+            llc_accesses_per_req=self.llc_accesses_per_req,
+            dram_bytes_per_req=self.dram_bytes_per_req,
+            zipf=self.zipf,
+            pages_per_req=self.pages_per_req,
+            net_bytes_per_req=self.net_bytes_per_req,
+            smt_pressure=self.smt_pressure,
+            service_cv2=self.service_cv2,
+            power_factor=self.power_factor,
+            timeout_ms=self.timeout_ms,
+            memory_gb=self.memory_gb,
+            service_us=self.service_us,
+        )
 
     @property
     def kind(self) -> str:
@@ -142,6 +180,27 @@ class ThreadClass:
     net_gbps: float = 0.0  # egress, per thread while the job runs
     net_flows: float = 0.0
 
+    def check(self, where: str) -> None:
+        """`ConfigError` naming the first parameter outside its physical range (module docstring)."""
+        require_in(where, 1, MAX_THREADS, threads=self.threads)
+        require_in(where, 0.01, 1.0, cpu_util=self.cpu_util, smt_speed=self.smt_speed)
+        require_in(where, 0.0, 1.0, frac_llc=self.frac_llc, frac_mem=self.frac_mem)
+        if not self.frac_llc + self.frac_mem < 1:
+            raise ConfigError(f"{where}: need frac_llc + frac_mem < 1 (the rest is core time)")
+        require_in(
+            where,
+            0.0,
+            1e12,
+            smt_pressure=self.smt_pressure,
+            power_factor=self.power_factor,
+            llc_access_gbps=self.llc_access_gbps,
+            llc_footprint_mb=self.llc_footprint_mb,
+            memory_gb=self.memory_gb,
+            disk_mbps=self.disk_mbps,
+            net_gbps=self.net_gbps,
+            net_flows=self.net_flows,
+        )
+
 
 @dataclass(frozen=True)
 class BatchProfile:
@@ -153,6 +212,14 @@ class BatchProfile:
     # where an antagonist runs relative to the LC app it stresses (PARTIES Table 3)
     placement: Literal["allocated", "same_threads", "sibling_threads", "free_cores"] = "allocated"
     source: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.classes:
+            raise ConfigError(f"batch job {self.name}: classes is empty; a job has at least one thread class")
+        for i, c in enumerate(self.classes):
+            c.check(f"batch job {self.name}.classes[{i}]")
+        if self.threads > MAX_THREADS:
+            raise ConfigError(f"batch job {self.name}: {self.threads} threads; at most {MAX_THREADS}")
 
     @property
     def kind(self) -> str:
@@ -169,6 +236,8 @@ Profile = LcProfile | BatchProfile
 def _parse(data: dict, where: str) -> Profile:
     if isinstance(data, dict) and "extends" in data:  # another deployment of the same app
         base = data["extends"]
+        if not isinstance(base, str):
+            raise ConfigError(f"{where}.extends: expected the name of an app profile, got {base!r}")
         try:
             base_data = load_yaml(resolve_config("apps", base))
         except ConfigError as e:

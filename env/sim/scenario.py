@@ -18,11 +18,13 @@ apps:                      # LC apps; `name` defaults to `app` and must be uniqu
 be: [be_parties]           # best-effort jobs (batch profiles); [] for none
 ```
 
-Load traces are documented in `env.sim.traces`. `overrides` on an app entry changes deployment
+`duration_s` is at most a day of simulated time (`MAX_HORIZON_S`), `seed` is >= 0. Load traces are
+documented in `env.sim.traces`. `overrides` on an app entry changes deployment
 parameters only (`threads`, `dataset_gb`, `net_flows`): the app's intrinsic service time stays the
 one derived at its reference deployment. `perturb` multiplies physical parameters by factors
 (domain randomisation for training, e.g. `{service: 1.2, frac_mem: 0.8}`; see `PERTURBABLE`). `antagonists` (calibration only) adds PARTIES Table 3
-interference: `{profile: llc_capacity, target: memcached}`.
+interference: `{profile: llc_capacity, target: memcached}`; an antagonist that runs on an LC app's
+own hyperthreads (`ant_cpu`, `ant_hyperthread`) needs that target, so it cannot be a BE job.
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from env.allocations import fair_allocation
 from env.config import ConfigError, build, load_yaml, resolve_config
 from env.sim.platform import Platform, load_platform
-from env.sim.profiles import BatchProfile, LcProfile, known_profiles, load_profile
-from env.sim.traces import TraceSpec, parse_trace
+from env.sim.profiles import MAX_THREADS, BatchProfile, LcProfile, known_profiles, load_profile
+from env.sim.traces import MAX_HORIZON_S, TraceSpec, parse_trace
+from env.types import AppSpec
 
 DEPLOYMENT_FIELDS = ("threads", "dataset_gb", "net_flows")
 # domain randomisation: multiplicative factors on physical parameters (`service` scales the
@@ -156,6 +160,7 @@ def validate_scenario(s: Scenario) -> None:
             raise ConfigError(
                 f"{where}.apps[{i}].overrides: {sorted(bad)} not allowed; allowed: {list(DEPLOYMENT_FIELDS)}"
             )
+        _check_overrides(e.overrides, f"{where}.apps[{i}].overrides")
         bad = set(e.perturb) - set(PERTURBABLE)
         if bad:
             raise ConfigError(
@@ -172,6 +177,11 @@ def validate_scenario(s: Scenario) -> None:
             raise ConfigError(f"{where}.be[{i}]: unknown BE job {b!r}; known: {known_profiles()}") from None
         if not isinstance(prof, BatchProfile):
             raise ConfigError(f"{where}.be[{i}]: {b!r} is an LC app, not a batch job")
+        if prof.placement in ("same_threads", "sibling_threads"):
+            raise ConfigError(
+                f"{where}.be[{i}]: {b!r} runs on an LC app's own hyperthreads (placement {prof.placement}), "
+                "so it is an antagonist, not a BE job: list it under `antagonists` with a `target` app"
+            )
     for i, a in enumerate(s.antagonists):
         try:
             prof = load_profile(a.profile)
@@ -185,8 +195,36 @@ def validate_scenario(s: Scenario) -> None:
             raise ConfigError(
                 f"{where}.antagonists[{i}].target: {a.target!r} is not an LC app of the scenario"
             )
-    if s.duration_s <= 0 or s.warmup_s < 0 or s.warmup_s >= s.duration_s:
-        raise ConfigError(f"{where}: need duration_s > warmup_s >= 0")
+    if not 0 <= s.warmup_s < s.duration_s:  # also false for NaN
+        raise ConfigError(f"{where}: need duration_s > warmup_s >= 0 (got {s.duration_s}, {s.warmup_s})")
+    if not s.duration_s <= MAX_HORIZON_S:
+        raise ConfigError(f"{where}.duration_s = {s.duration_s:g}: at most {MAX_HORIZON_S:g} s (a day)")
+    if s.seed < 0:
+        raise ConfigError(f"{where}.seed = {s.seed}: a seed is an integer >= 0")
+    _check_fits(s, where)
+
+
+def _check_fits(s: Scenario, where: str) -> None:
+    """The platform can give every app and BE job PARTIES' fair start (a core step, the minimum
+    LLC ways and memory each), the allocation every run starts from."""
+    apps = [AppSpec(e.instance, "lc") for e in s.apps] + [AppSpec(b, "be") for b in s.be]
+    try:
+        fair_allocation(s.platform_spec.capabilities(apps))
+    except ValueError as e:
+        raise ConfigError(
+            f"{where}: {len(s.apps)} LC apps and {len(s.be)} BE jobs do not fit on platform "
+            f"{s.platform_spec.name!r} ({e}); use fewer apps or a larger platform"
+        ) from None
+
+
+def _check_overrides(overrides: dict[str, float], where: str) -> None:
+    """Deployment overrides (`DEPLOYMENT_FIELDS`): a whole number of threads, a positive data set
+    size and number of client connections."""
+    for k, v in overrides.items():
+        if k == "threads" and not (float(v).is_integer() and 1 <= v <= MAX_THREADS):
+            raise ConfigError(f"{where}.threads = {v}: a whole number of threads in 1..{MAX_THREADS}")
+        if k != "threads" and not 0 < v <= 1e6:
+            raise ConfigError(f"{where}.{k} = {v}: must be in (0, 1e6]")
 
 
 def parse_scenario(data: Any, where: str) -> Scenario:
@@ -207,7 +245,8 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     taken relative to the scenario file."""
     path = resolve_config("scenarios", name_or_path)
     data = load_yaml(path)
-    for e in data.get("apps", []) if isinstance(data, dict) else []:
+    apps = data.get("apps") if isinstance(data, dict) else None
+    for e in apps if isinstance(apps, list) else []:
         load = e.get("load") if isinstance(e, dict) else None
         if isinstance(load, dict) and load.get("kind") == "csv" and isinstance(load.get("path"), str):
             p = Path(load["path"])

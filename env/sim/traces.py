@@ -13,6 +13,10 @@ injected generator, so a trace is a fixed function for the whole episode.
 | `diurnal`  | `low, high, period_s, phase_s`                    | day shape: trough at night, evening peak     |
 | `bursty`   | `base, burst, mean_gap_s, mean_burst_s, ramp_s`   | base load with random bursts (Poisson gaps)  |
 | `csv`      | `path, time_scale, load_scale`                    | replay of `t_s,load` rows, linear in between |
+
+A spec is checked when it is parsed: loads in [0, `MAX_LOAD_MULTIPLE`], periods and scales > 0,
+and a bursty trace draws its bursts over at most a day (`MAX_HORIZON_S`, the longest scenario) and
+at most `MAX_BURSTS` of them, so that no spec makes building its trace take unbounded time.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ class _Func:
         return self.f(np.asarray(t_s, dtype=float))
 
 
+MAX_HORIZON_S = 86_400.0  # a day of simulated time: the longest scenario, and a bursty trace's horizon
+MAX_BURSTS = 100_000  # bursts a bursty trace may draw (ten a minute for a week is not a load trace)
 MAX_LOAD_MULTIPLE = 100.0  # loads are fractions of the profile's max load on its reference node; on
 # another platform an app can sustain far more (MongoDB on CoCo's node: ~40x), so the bound is loose
 
@@ -82,8 +88,10 @@ class Constant:
     kind: Literal["constant"]
     load: float
 
-    def build(self, rng: np.random.Generator) -> Trace:
+    def __post_init__(self) -> None:
         _check_load(self.load, "constant.load")
+
+    def build(self, rng: np.random.Generator) -> Trace:
         return _Piecewise(np.array([0.0]), np.array([self.load]), linear=False)
 
 
@@ -93,6 +101,9 @@ class Step:
 
     kind: Literal["step"]
     steps: tuple[tuple[float, float], ...]
+
+    def __post_init__(self) -> None:
+        _points(self.steps, "step.steps")
 
     def build(self, rng: np.random.Generator) -> Trace:
         t, v = _points(self.steps, "step.steps")
@@ -105,6 +116,9 @@ class Ramp:
 
     kind: Literal["ramp"]
     points: tuple[tuple[float, float], ...]
+
+    def __post_init__(self) -> None:
+        _points(self.points, "ramp.points")
 
     def build(self, rng: np.random.Generator) -> Trace:
         t, v = _points(self.points, "ramp.points")
@@ -121,11 +135,13 @@ class Sinusoid:
     period_s: float
     phase_s: float = 0.0
 
-    def build(self, rng: np.random.Generator) -> Trace:
+    def __post_init__(self) -> None:
         _check_load(self.low, "sinusoid.low")
         _check_load(self.high, "sinusoid.high")
         if self.period_s <= 0:
             raise ConfigError("sinusoid.period_s must be positive")
+
+    def build(self, rng: np.random.Generator) -> Trace:
         mid, amp = (self.high + self.low) / 2, (self.high - self.low) / 2
         return _Func(lambda t: mid + amp * np.sin(2 * np.pi * (t + self.phase_s) / self.period_s))
 
@@ -146,12 +162,13 @@ class Diurnal:
     period_s: float = 86400.0
     phase_s: float = 0.0
 
-    def build(self, rng: np.random.Generator) -> Trace:
+    def __post_init__(self) -> None:
         _check_load(self.low, "diurnal.low")
         _check_load(self.high, "diurnal.high")
         if self.period_s <= 0:
             raise ConfigError("diurnal.period_s must be positive")
 
+    def build(self, rng: np.random.Generator) -> Trace:
         def f(t: np.ndarray) -> np.ndarray:
             x = 2 * np.pi * (t + self.phase_s) / self.period_s
             # a day: trough early morning, slow climb, peak in the evening (two harmonics)
@@ -166,7 +183,7 @@ class Diurnal:
 @dataclass(frozen=True)
 class Bursty:
     """`base` load with bursts to `burst`: exponential gaps and lengths, linear `ramp_s` edges, drawn
-    once at build time up to `horizon_s`."""
+    once at build time up to `horizon_s` (at most a day) and `MAX_BURSTS` bursts."""
 
     kind: Literal["bursty"]
     base: float
@@ -174,16 +191,30 @@ class Bursty:
     mean_gap_s: float = 60.0
     mean_burst_s: float = 10.0
     ramp_s: float = 2.0
-    horizon_s: float = 86400.0
+    horizon_s: float = MAX_HORIZON_S
 
-    def build(self, rng: np.random.Generator) -> Trace:
+    def __post_init__(self) -> None:
         _check_load(self.base, "bursty.base")
         _check_load(self.burst, "bursty.burst")
         if self.mean_gap_s <= 0 or self.mean_burst_s <= 0:
             raise ConfigError("bursty.mean_gap_s and mean_burst_s must be positive")
+        if self.ramp_s < 0:
+            raise ConfigError(f"bursty.ramp_s = {self.ramp_s}: must be >= 0")
+        if not 0 < self.horizon_s <= MAX_HORIZON_S:
+            raise ConfigError(
+                f"bursty.horizon_s = {self.horizon_s}: must be in (0, {MAX_HORIZON_S:g}] (a day)"
+            )
+        expected = self.horizon_s / (self.mean_gap_s + self.mean_burst_s)
+        if expected > MAX_BURSTS / 2:
+            raise ConfigError(
+                f"bursty: {expected:,.0f} bursts expected over horizon_s = {self.horizon_s:g} s; at most "
+                f"{MAX_BURSTS // 2:,} (raise mean_gap_s or mean_burst_s, or lower horizon_s)"
+            )
+
+    def build(self, rng: np.random.Generator) -> Trace:
         ts, vs, t = [0.0], [self.base], 0.0
         r = max(self.ramp_s, 1e-3)
-        while t < self.horizon_s:
+        while t < self.horizon_s and len(ts) < 4 * MAX_BURSTS:
             t += rng.exponential(self.mean_gap_s)
             length = rng.exponential(self.mean_burst_s)
             ts += [t, t + r, t + r + length, t + 2 * r + length]
@@ -201,6 +232,12 @@ class Replay:
     time_scale: float = 1.0
     load_scale: float = 1.0
 
+    def __post_init__(self) -> None:
+        if not self.time_scale > 0:
+            raise ConfigError(f"csv.time_scale = {self.time_scale}: must be > 0 (time runs forwards)")
+        if not self.load_scale >= 0:
+            raise ConfigError(f"csv.load_scale = {self.load_scale}: must be >= 0")
+
     def build(self, rng: np.random.Generator) -> Trace:
         t, v = read_trace_csv(self.path)
         v = v * self.load_scale
@@ -214,9 +251,20 @@ def read_trace_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"trace file {path}: no such file")
+    try:
+        return _read_rows(path)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"trace file {path}: not a text file (byte {e.start} is not UTF-8)") from None
+    except csv.Error as e:
+        raise ConfigError(f"trace file {path}: not CSV ({e})") from None
+    except OSError as e:
+        raise ConfigError(f"trace file {path}: cannot read it ({e.strerror})") from None
+
+
+def _read_rows(path: Path) -> tuple[np.ndarray, np.ndarray]:
     ts: list[float] = []
     vs: list[float] = []
-    with path.open(newline="") as f:
+    with path.open(newline="", encoding="utf-8") as f:
         for lineno, row in enumerate(csv.reader(f), start=1):
             if not row or (row[0].strip().startswith("#")):
                 continue
@@ -252,12 +300,16 @@ _KINDS: dict[str, type] = {
 
 
 def parse_trace(data: object, where: str) -> TraceSpec:
-    """A trace spec from YAML data; a bare number means a constant load."""
+    """A trace spec from YAML data; a bare number means a constant load. Errors name `where`."""
     if isinstance(data, int | float) and not isinstance(data, bool):
+        _check_load(data, where)
         return Constant("constant", float(data))
     if not isinstance(data, dict) or "kind" not in data:
         raise ConfigError(f"{where}: a load trace is a number or a mapping with `kind` in {sorted(_KINDS)}")
     kind = data["kind"]
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise ConfigError(f"{where}.kind: unknown trace kind {kind!r}; choose one of {sorted(_KINDS)}")
-    return build(_KINDS[kind], data, where)
+    try:
+        return build(_KINDS[kind], data, where)
+    except ConfigError as e:
+        raise ConfigError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None

@@ -33,19 +33,40 @@ class SimSection:
     def __post_init__(self) -> None:
         if not (self.speed >= 0):
             raise ConfigError(f"sim.speed: {self.speed} must be >= 0")
+        if self.seed is not None and self.seed < 0:
+            raise ConfigError(f"sim.seed: {self.seed} must be >= 0")
+
+
+@dataclass(frozen=True)
+class ProcessMatch:
+    """How the processes of an app are found (`hw.procs`): exactly one of `pidfile` (the pid a
+    service manager wrote; refused when users other than its owner, root or this one, can write
+    it) or `cmdline` (the exact command line, arguments joined by single spaces as `ps -o args`
+    shows them). Never the process name alone: any user can name a process `memcached`. To manage
+    processes by cgroup, point the app at that cgroup in the node config (`cgroup: PATH`)."""
+
+    pidfile: str | None = None
+    cmdline: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.pidfile is None) == (self.cmdline is None) or not (self.pidfile or self.cmdline):
+            raise ConfigError("give exactly one of pidfile or cmdline (not empty)")
+
+    def describe(self) -> str:
+        return f"with pid file {self.pidfile}" if self.pidfile else f"with command line {self.cmdline!r}"
 
 
 @dataclass(frozen=True)
 class LinuxSection:
     """The real node: a LinuxNode config (hw/config.py, configs/node/linux-*.yaml).
 
-    `processes` maps an app to a process name: at start-up every process of that name (its
-    /proc/PID/comm) and its descendants are moved into the app's cgroup (created by the node and
-    removed again on close; the processes go back where they were). `feed` overrides the node
-    config's latency feed URL."""
+    `processes` maps an app to its running processes (`ProcessMatch`: a pid file or an exact command
+    line): at start-up they and their descendants are moved into the app's cgroup (created by the
+    node and removed again on close; the processes go back where they were). `feed` overrides the
+    node config's latency feed URL."""
 
     config: str
-    processes: dict[str, str] = field(default_factory=dict)
+    processes: dict[str, ProcessMatch] = field(default_factory=dict)
     feed: str | None = None
 
 
@@ -173,6 +194,8 @@ class ServeConfig:
             raise ConfigError(f"interval_s: {self.interval_s} must be > 0")
         if self.duration_s is not None and not self.duration_s >= 0:
             raise ConfigError(f"duration_s: {self.duration_s} must be >= 0")
+        if self.seed < 0:
+            raise ConfigError(f"seed: {self.seed} must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -186,12 +209,25 @@ def parse_serve_config(data: Any, where: str) -> ServeConfig:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping of serve settings, got {type(data).__name__}")
     data = dict(data)
+    _refuse_process_names(data.get("linux"), where)
     g = data.get("guards")
     if isinstance(g, Mapping):
         data["guards"] = {**GuardsConfig.serving().to_dict(), **g}
     elif "guards" in data and g is None:
         data["guards"] = GuardsConfig.serving().to_dict()
     return build(ServeConfig, data, where)
+
+
+def _refuse_process_names(linux: Any, where: str) -> None:
+    """A process given by name alone (`memcached: memcached`, the old form) is refused with the why."""
+    procs = linux.get("processes") if isinstance(linux, Mapping) else None
+    for app, match in procs.items() if isinstance(procs, Mapping) else ():
+        if isinstance(match, str):
+            raise ConfigError(
+                f"{where}.linux.processes.{app}: {match!r} is a process name, and any user can start a "
+                "process of that name; give {pidfile: PATH} or {cmdline: 'THE EXACT COMMAND LINE'}, or "
+                "point the app at its cgroup in the node config (cgroup: PATH)"
+            )
 
 
 def load_serve_config(path: str | Path) -> ServeConfig:

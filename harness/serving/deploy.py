@@ -1,7 +1,8 @@
 """serve.py's start-up and run (DESIGN §1 use 3): the node, the controllers, the run directory and
 the supervisor, in the order serve.py's --help gives; and `--bench`. The command line fills a
 `ServeOptions`; `main(options)` returns the exit status (0 done or stopped by a signal, 2 bad
-input, 1 an unexpected error after restoring the node).
+input - a damaged or foreign journal too -, 1 an unexpected error after restoring the node, or a
+node that could not be fully restored, naming the knobs left as they are).
 
 Start-up fails fast and writes nothing to the node on bad input: the config and the controller
 specs are checked first; the node is started (a LinuxNode replays the journal a killed run left,
@@ -115,7 +116,10 @@ def linux_node_config(cfg: ServeConfig, interval_s: float | None, dry_run: bool)
             for a in node_cfg.apps
             if a.create or a.pids
         ]
-        why += [f"linux.processes would move {p!r} into {a}'s cgroup" for a, p in sec.processes.items()]
+        why += [
+            f"linux.processes would move the processes {m.describe()} into {a}'s cgroup"
+            for a, m in sec.processes.items()
+        ]
         if "net" in node_cfg.knobs:
             why.append("knob net sets up tc classes at start")
         if why:
@@ -133,10 +137,14 @@ def linux_node_config(cfg: ServeConfig, interval_s: float | None, dry_run: bool)
                     raise BadInput(
                         f"linux.processes.{a.name}: the app is a container; processes apply to cgroups"
                     )
-                pids = find_processes(sec.processes[a.name], node_cfg.proc_root)
+                m = sec.processes[a.name]
+                try:
+                    pids = find_processes(pidfile=m.pidfile, cmdline=m.cmdline, proc_root=node_cfg.proc_root)
+                except HwInputError as e:
+                    raise BadInput(f"linux.processes.{a.name}: {e}") from None
                 if not pids:
                     raise BadInput(
-                        f"linux.processes.{a.name}: no running process named {sec.processes[a.name]!r} "
+                        f"linux.processes.{a.name}: no running process {m.describe()} "
                         f"(under {node_cfg.proc_root}); start it first"
                     )
                 a = dataclasses.replace(a, pids=tuple(pids), create=True)
@@ -238,6 +246,29 @@ def apply_overrides(cfg: ServeConfig, opts: ServeOptions) -> ServeConfig:
     return dataclasses.replace(cfg, **changes)
 
 
+def close_node(node: Any) -> tuple[str, ...]:
+    """Close (restore) `node`; what it could not restore (none for a node without a journal)."""
+    try:
+        node.close()
+    except Exception as e:
+        log.error("closing (restoring) the node failed: %s", e)
+        return tuple(getattr(e, "failed", ())) or tuple(getattr(node, "unrestored", ())) or (str(e),)
+    return tuple(getattr(node, "unrestored", ()))  # e.g. the supervisor closed it, and that failed
+
+
+def restore_status(rc: int, unrestored: tuple[str, ...], node_cfg: LinuxNodeConfig | None) -> int:
+    """`rc`, unless the node could not be restored: then say which knobs were not, and exit 1."""
+    if not unrestored:
+        return rc
+    print(
+        f"serve.py: error: the node is NOT fully restored: {'; '.join(unrestored)}. These stay in the "
+        f"journal ({getattr(node_cfg, 'state_path', '?')}): the next start retries them, or restore them "
+        "by hand",
+        file=sys.stderr,
+    )
+    return EXIT_ERROR
+
+
 def serve(
     cfg: ServeConfig,
     opts: ServeOptions,
@@ -247,8 +278,10 @@ def serve(
     scenario: Any,
     node_cfg: LinuxNodeConfig | None,
     sig: SignalStop,
+    started: list[Any],
 ) -> int:
-    """Steps 2-4 of serve.py's start-up order; the node is closed (restored) on every exit path."""
+    """Steps 2-4 of serve.py's start-up order; the node it starts is appended to `started`, and the
+    caller closes (restores) it on every exit path (`main`)."""
     node: Any = None
     http: MetricsServer | None = None
     try:
@@ -267,6 +300,7 @@ def serve(
             else:
                 assert node_cfg is not None
                 node = start_linux_node(node_cfg)
+            started.append(node)
             caps = node.capabilities()
             # 3. the controllers, checked against the node; the metrics endpoint bound
             sim_node = node if scenario is not None else None
@@ -352,16 +386,11 @@ def serve(
             print(summary.text(), flush=True)
             return 0
     except Exception:
-        log.exception("serve.py failed (the node is restored)")
+        log.exception("serve.py failed; restoring the node")
         return EXIT_ERROR
     finally:
         if http is not None:
             http.stop()
-        if node is not None:
-            try:
-                node.close()
-            except Exception:
-                log.exception("closing the node failed")
 
 
 # ---- --bench ------------------------------------------------------------------------------------------------
@@ -420,7 +449,8 @@ def guard_chain_warning(controller: Controller, serving: GuardsConfig) -> str | 
 
 
 def main(options: ServeOptions) -> int:
-    """Check the config and specs (exit 2 on bad input), then serve (or bench) until done."""
+    """Check the config and specs (exit 2 on bad input), then serve (or bench) until done; the node
+    is restored on every exit path, and exit 1 says which knobs it could not restore."""
     try:
         cfg = apply_overrides(load_serve_config(options.config), options)
         if options.bench:
@@ -435,5 +465,10 @@ def main(options: ServeOptions) -> int:
     except (ConfigError, BadInput) as e:
         print(f"serve.py: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    started: list[Any] = []  # the node, once started: restored on every exit path
     with SignalStop() as sig:
-        return serve(cfg, options, list(options.argv), spec, fb_spec, scenario, node_cfg, sig)
+        try:
+            rc = serve(cfg, options, list(options.argv), spec, fb_spec, scenario, node_cfg, sig, started)
+        finally:
+            unrestored = close_node(started[0]) if started else ()
+    return restore_status(rc, unrestored, node_cfg)

@@ -650,5 +650,8 @@ def make_run_dir(base: str | Path, label: str, out: str | Path | None = None) ->
         while p.exists():
             p = p.with_name(f"{stem}-{i}")
             i += 1
-    p.mkdir(parents=True, exist_ok=True)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # under a file, read-only, /proc, ...
+        raise ConfigError(f"run directory {p}: cannot create it ({e.strerror})") from None
     return p

@@ -109,6 +109,8 @@ def test_a_run_directory_resolves_to_its_policy(tmp_path):
         ("other_version", "policy file version"),
         ("other_features", "another observation layout"),
         ("bad_weights", "weights do not match"),
+        ("nan_weights", "are not finite"),
+        ("million_slots", "max_apps must be in 1..64"),
     ],
 )
 def test_a_bad_policy_file_is_a_config_error(tmp_path, damage, needle):
@@ -133,6 +135,11 @@ def test_a_bad_policy_file_is_a_config_error(tmp_path, damage, needle):
             payload["meta"]["feature_layout"] = payload["meta"]["feature_layout"][:-1]
         elif damage == "bad_weights":
             payload["meta"]["net"]["hidden_units"] = 16
+        elif damage == "nan_weights":
+            first = next(iter(payload["state_dict"]))
+            payload["state_dict"][first].view(-1)[0] = float("nan")
+        elif damage == "million_slots":
+            payload["meta"]["net"]["max_apps"] = 1_000_000
         buf = io.BytesIO()
         torch.save(payload, buf)
         target.write_bytes(buf.getvalue())

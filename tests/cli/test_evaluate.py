@@ -407,3 +407,86 @@ def test_shipped_scenarios_load_and_run(path, monkeypatch):
     assert scn.name == path.stem and scn.description
     recs = run_episode(SimNode(scn), StaticController(), 2.0, rng=np.random.default_rng(0))
     assert [a.name for a in recs[-1].apps] == list(scn.app_names)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["timeline", "--scenario", "mix3-const", "--seed", "-3"],
+        ["calibrate", "--seed", "-3"],
+        ["maxload", "--apps", "memcached,xapian", "--measure-s", "nan"],
+        ["maxload", "--apps", "memcached,xapian", "--warmup-s", "inf"],
+        ["maxload", "--apps", "memcached,xapian", "--seed", "-3"],
+    ],
+    ids=["timeline-seed", "calibrate-seed", "measure-nan", "warmup-inf", "maxload-seed"],
+)
+def test_bad_numbers_on_the_command_line_exit_2(tmp_path, capsys, args):
+    extra = [] if args[0] == "calibrate" else ["--controllers", "static"]
+    with pytest.raises(SystemExit) as e:
+        evaluate.main([*args, *extra, "--out", str(tmp_path / "o")])
+    assert e.value.code == 2 and "error: argument" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def _worker_pids(pid: int) -> list[int]:
+    """The multiprocessing workers among the children of process `pid`."""
+    kids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(k) for k in (task / "children").read_text().split()]
+    return [k for k in kids if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_stops_the_workers_removes_the_staging_directory_and_exits(tmp_path):
+    import os
+    import signal
+    import time
+
+    scn = write_scenario(tmp_path, duration_s=80000, warmup_s=2)
+    out = tmp_path / "res"
+    argv = ["compare", "--scenario", str(scn), "--controllers", "static,unmanaged", "--seeds", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "evaluate.py"), *argv, "--workers", "2", "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob(".res.tmp-*/runs/*.jsonl")):  # the workers are writing
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never started"
+            time.sleep(0.1)
+        workers = _worker_pids(proc.pid)
+        assert workers
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+        err = proc.stderr.read() if proc.stderr else ""
+        assert rc == 128 + signal.SIGTERM and "terminated (SIGTERM)" in err, err
+        assert leftovers(tmp_path, "res") == []
+        time.sleep(0.5)
+        assert [w for w in workers if _running(w)] == []  # no orphan keeps writing
+    finally:
+        for w in workers:  # this test's own processes, by pid, in case the assertions failed
+            if _running(w):
+                os.kill(w, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("what", ["--scenario", "--guards"])
+def test_a_binary_scenario_or_guard_file_exits_2(tmp_path, capsys, what):
+    blob = tmp_path / "blob.yaml"
+    blob.write_bytes(bytes(range(256)))
+    args = {"--scenario": "mix3-const", "--guards": None} | {what: str(blob)}
+    argv = [x for k, v in args.items() if v for x in (k, v)]
+    rc = evaluate.main(["compare", *argv, "--controllers", "static", "--out", str(tmp_path / "o")])
+    assert rc == 2 and "not a text file" in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -23,6 +23,7 @@ import yaml
 from env.loop import read_jsonl
 from harness.serving import deploy
 from hw.procs import find_processes
+from hw.runner import HwInputError
 from tests import fakes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -269,6 +270,8 @@ def test_help_lists_the_controller_specs_and_an_unknown_spec_exits_2(tmp_path):
         ({"sim": None}, {}, r"no `sim` section"),
         ({}, {"interval_ms": 250.0}, r"simulates 500 ms intervals"),
         ({}, {"scenario": "no-such-scenario"}, r"unknown scenarios 'no-such-scenario'"),
+        ({"seed": -3}, {}, r"seed: -3 must be >= 0"),
+        ({"sim": {"scenario": "mix3-const", "seed": -3}}, {}, r"sim.seed: -3 must be >= 0"),
     ],
 )
 def test_bad_input_exits_2_with_a_message_and_creates_nothing(tmp_path, capsys, over, options, needle):
@@ -343,6 +346,56 @@ def test_bad_node_input_exits_2_and_writes_nothing(tmp_path, capsys, kind, needl
     err = capsys.readouterr().err
     assert rc == 2 and needle in err, err
     assert changed_files(host, before) == set() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "foreign"])
+def test_a_damaged_or_foreign_journal_exits_2_and_replays_nothing(tmp_path, capsys, damage):
+    from hw.state import JournalEntry
+
+    host, cfg, _, journal = fake_linux(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    journal.parent.mkdir(parents=True)
+    quota = host.cgroup_root / "cpu" / "mc" / "cpu.cfs_quota_us"
+    mine = JournalEntry("file", str(quota), {"path": str(quota), "values": ["12345"]}).to_json()
+    foreign = JournalEntry("file", str(victim), {"path": str(victim), "values": ["owned"]}).to_json()
+    journal.write_text(f"{mine}\n{'{garbage' if damage == 'garbage' else foreign}\n")
+    before = snapshot(host)
+    rc = serve(cfg, "parties", duration_s=1.0)
+    err = capsys.readouterr().err
+    assert rc == 2 and "Nothing was replayed" in err and f"mv {journal}" in err, err
+    assert changed_files(host, before) == set() and victim.read_text() == "mine"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_node_that_cannot_be_restored_exits_1_naming_the_knob(tmp_path, capsys, monkeypatch):
+    from hw.runner import KnobError
+    from hw.state import Journal
+
+    _, cfg, feed, journal = fake_linux(tmp_path)
+    real = Journal._restore_file
+
+    def stuck_memory(self, e):
+        if e.data["path"].endswith("memory.limit_in_bytes"):
+            raise KnobError(f"cannot write {e.data['path']}: EACCES: permission denied")
+        real(self, e)
+
+    monkeypatch.setattr(Journal, "_restore_file", stuck_memory)
+    with Publisher(feed):
+        rc = serve(cfg, "parties", duration_s=1.0, quiet=True)
+    err = capsys.readouterr().err
+    assert rc == 1 and "the node is NOT fully restored" in err and "memory.limit_in_bytes" in err, err
+    assert "memory.limit_in_bytes" in journal.read_text()  # kept for the next start
+
+
+def test_a_run_directory_that_cannot_be_created_exits_2(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    rc = serve(sim_config(tmp_path), "parties", sim=True, duration_s=1.0, out=str(afile / "run"))
+    assert rc == 2 and "cannot create it" in capsys.readouterr().err and afile.read_text() == "mine"
+    blob = tmp_path / "blob.yaml"
+    blob.write_bytes(bytes(range(256)))
+    assert serve(blob, "parties", sim=True) == 2 and "not a text file" in capsys.readouterr().err
 
 
 # ---- dry run ----------------------------------------------------------------------------------------------
@@ -466,25 +519,37 @@ def test_a_dry_run_bench_on_a_linux_node_writes_nothing(tmp_path, capsys, monkey
     assert r["ticks"] == 60 and r["applied"] == 0
 
 
-def test_processes_are_found_by_name_with_their_children(tmp_path):
+def test_processes_are_found_by_command_line_or_pid_file_with_their_children_never_by_name(tmp_path):
     import shutil
 
     shell = tmp_path / "coloctstsh"  # a process name (comm) nothing else on the machine has
     shutil.copy("/bin/sh", shell)
-    parent = subprocess.Popen([str(shell), "-c", "sleep 30 & sleep 30 & wait"])
+    script = "sleep 30 & sleep 30 & wait"
+    parent = subprocess.Popen([str(shell), "-c", script])
+    impostor = subprocess.Popen([str(shell), "-c", "sleep 30"])  # same name, another command line
     pids: list[int] = []
     try:
-        wait_for(lambda: len(find_processes("coloctstsh")) >= 3, timeout_s=20, what="two children")
-        pids = find_processes("coloctstsh")
-        assert pids[0] == parent.pid and len(pids) == 3
+        wait_for(
+            lambda: len(find_processes(cmdline=f"{shell} -c {script}")) >= 3, timeout_s=20, what="children"
+        )
+        pids = find_processes(cmdline=f"{shell} -c {script}")
+        assert pids[0] == parent.pid and len(pids) == 3 and impostor.pid not in pids
         assert all(Path(f"/proc/{p}/comm").read_text().strip() == "sleep" for p in pids[1:])
-        assert find_processes("no-such-process-name") == []
+        pidfile = tmp_path / "app.pid"
+        pidfile.write_text(f"{parent.pid}\n")
+        assert find_processes(pidfile=str(pidfile)) == pids
+        pidfile.chmod(0o666)  # anyone could point it at their own process
+        with pytest.raises(HwInputError, match="other users can write it"):
+            find_processes(pidfile=str(pidfile))
+        assert find_processes(cmdline="no-such-command --at all") == []
+        assert find_processes(pidfile=str(tmp_path / "missing.pid")) == []
     finally:
         for pid in pids[1:]:  # the children this test started, by pid
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        parent.kill()
-        parent.wait()
+        for p in (parent, impostor):
+            p.kill()
+            p.wait()
 
 
 def test_a_metrics_port_in_use_exits_2_before_the_first_write(tmp_path, capsys):

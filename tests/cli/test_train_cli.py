@@ -4,6 +4,7 @@ PARTIES in the schema of `evaluate.py compare`, and resume (in place; refused ac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -13,7 +14,14 @@ import yaml
 
 import train
 from agents.rllib.config import build_train_config, load_train_config, resolved
-from agents.rllib.runtime import CHECKPOINT_FILES, CHECKPOINT_META, checkpoint_meta
+from agents.rllib.runtime import (
+    CHECKPOINT_FILES,
+    CHECKPOINT_META,
+    MANIFEST,
+    checkpoint_meta,
+    read_manifest,
+    record_checkpoint,
+)
 
 TINY = [
     "iterations=2",
@@ -44,6 +52,7 @@ def fake_checkpoint(root: Path, overrides: list[str], iteration: int = 3) -> Pat
         (ckpt / name).parent.mkdir(parents=True, exist_ok=True)
         (ckpt / name).touch()
     (ckpt / CHECKPOINT_META).write_text(json.dumps(checkpoint_meta(config, iteration, 100)))
+    record_checkpoint(root, ckpt.name, ckpt)  # as save_checkpoint does
     (root / "config.yaml").write_text(yaml.safe_dump(resolved(config)))
     return ckpt
 
@@ -76,6 +85,7 @@ def test_help_explains_the_flags(capsys):
             "env.action_mode",
         ),
         (["--config", "ppo-single", "--set", "novalue"], "expected key=value"),
+        (["--config", "ppo-single", "--set", "seed=-3"], "seed must be >= 0"),
         (
             ["--config", "ppo-single", "--num-env-runners", "0", "--set", "eval.scenarios=[nope]"],
             "eval.scenarios",
@@ -148,6 +158,60 @@ def test_resume_without_config_reuses_the_runs_config(capsys, tmp_path):
     assert rc == 2 and "already trained 3 iterations and the config asks for 3" in err
 
 
+def _tamper(ckpt: Path, how: str) -> str:
+    """Change checkpoint `ckpt` after it was recorded; the file named in the error."""
+    state = ckpt / "algorithm_state.pkl"
+    if how == "changed":
+        state.write_bytes(b"cos\nsystem\n(S'echo owned'\ntR.")  # a pickle that runs a command
+    elif how == "added":
+        (ckpt / "extra.pkl").write_bytes(b"x")
+        return "extra.pkl"
+    elif how == "symlink":
+        state.unlink()
+        state.symlink_to("/etc/hostname")
+    elif how == "no_manifest":
+        (ckpt.parent.parent / MANIFEST).unlink()
+        return MANIFEST
+    elif how == "removed":
+        (ckpt / CHECKPOINT_FILES[2]).unlink()
+        return "module_state.pkl"
+    return "algorithm_state.pkl"
+
+
+@pytest.mark.parametrize("how", ["changed", "added", "symlink", "no_manifest", "removed"])
+def test_resume_refuses_checkpoint_files_that_do_not_match_the_manifest(capsys, tmp_path, how):
+    old = tmp_path / "old"
+    ckpt = fake_checkpoint(old, [])
+    assert set(read_manifest(old)) == {
+        f"checkpoints/{ckpt.name}/{f}" for f in (*CHECKPOINT_FILES, CHECKPOINT_META)
+    }
+    needle = _tamper(ckpt, how)
+    rc, _, err = run(capsys, "--config", "ppo-single", "--resume", str(old), "--out", str(tmp_path / "new"))
+    assert rc == 2 and needle in err and "--resume" in err and not (tmp_path / "new").exists()
+
+
+def test_set_merges_a_mapping_into_its_section_and_max_apps_is_bounded(capsys, tmp_path):
+    base = load_train_config("full")
+    merged = load_train_config("full", ["ppo={lr: 0.001}"])
+    assert merged.ppo.lr == 0.001 and merged.ppo.entropy_coeff == base.ppo.entropy_coeff != 0.01
+    assert dataclasses.replace(merged.ppo, lr=base.ppo.lr) == base.ppo
+    rc, _, err = run(
+        capsys, "--config", "ppo-single", "--set", "env.max_apps=1000000", "--out", str(tmp_path / "r")
+    )
+    assert rc == 2 and "env.max_apps must be in 1..64" in err
+
+
+def test_a_binary_config_or_an_out_under_a_file_exits_2(capsys, tmp_path):
+    blob = tmp_path / "blob.yaml"
+    blob.write_bytes(bytes(range(256)))
+    rc, _, err = run(capsys, "--config", str(blob), "--out", str(tmp_path / "r"))
+    assert rc == 2 and "not a text file" in err
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    rc, _, err = run(capsys, "--config", "ppo-single", "--out", str(afile / "run"))
+    assert rc == 2 and "is a file" in err and afile.read_text() == "mine"
+
+
 # ---- end to end (Ray) -------------------------------------------------------------------------------------
 def tb_tags(logdir: Path) -> set[str]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -213,16 +277,27 @@ def test_train_checkpoint_export_evaluate_and_resume(ray_session, capsys, tmp_pa
     assert [x["iteration"] for x in lines] == [1, 2, 3] and lines[2]["env_steps"] > lines[1]["env_steps"]
     assert [p.name for p in sorted((out / "checkpoints").iterdir())] == ["iter_000002", "iter_000003"]
     assert load_policy(out).meta.trained_iterations == 3
+    # the manifest holds every file of the kept checkpoints, and only those
+    recorded = read_manifest(out)
+    on_disk = {p.relative_to(out).as_posix() for p in (out / "checkpoints").rglob("*") if p.is_file()}
+    assert set(recorded) == on_disk and {r.split("/")[1] for r in recorded} == {"iter_000002", "iter_000003"}
 
-    # a checkpoint whose RLlib state is damaged or missing: exit 2, nothing created
-    broken = tmp_path / "broken" / "checkpoints" / "iter_000003"
+    # a checkpoint changed after it was written: refused by the manifest before RLlib unpickles it;
+    # once re-recorded (its owner trusts it), RLlib's own errors on a damaged or missing state: exit 2
+    broken_run = tmp_path / "broken"
+    broken = broken_run / "checkpoints" / "iter_000003"
     shutil.copytree(out / "checkpoints" / "iter_000003", broken)
+    shutil.copy(out / MANIFEST, broken_run / MANIFEST)
     weights = broken / "learner_group" / "learner" / "rl_module" / "default_policy" / "module_state.pkl"
     weights.write_bytes(weights.read_bytes()[:100])
     fresh = tmp_path / "fresh"
     rc, _, err = run(capsys, "--resume", str(broken), "--out", str(fresh), "--set", "iterations=5")
+    assert rc == 2 and "module_state.pkl does not match its SHA-256" in err and not fresh.exists()
+    record_checkpoint(broken_run, broken.name, broken)
+    rc, _, err = run(capsys, "--resume", str(broken), "--out", str(fresh), "--set", "iterations=5")
     assert rc == 2 and "cannot restore" in err and not fresh.exists()
     shutil.rmtree(broken / "learner_group")
+    record_checkpoint(broken_run, broken.name, broken)
     rc, _, err = run(capsys, "--resume", str(broken), "--out", str(fresh), "--set", "iterations=5")
     assert rc == 2 and "damaged checkpoint, missing" in err and not fresh.exists()
 

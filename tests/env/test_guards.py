@@ -268,3 +268,23 @@ def test_full_chain_keeps_fair_start_valid_under_a_reckless_controller(base):
         assert d.allocation[n].cores == a[n].cores - 1.0
         assert d.allocation[n].llc_ways == a[n].llc_ways - 1
     assert any(x.startswith("rate_limit:") for x in notes)
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"lc_floor": {"min_cores": -5}}, "lc_floor.min_cores"),
+        ({"lc_floor": {"min_llc_ways": 1000}}, "lc_floor.min_llc_ways"),
+        ({"lc_floor": {"min_freq_mhz": 0}}, "lc_floor.min_freq_mhz"),
+        ({"rate_limit": {"max_core_decrease": -1}}, "rate_limit.max_core_decrease"),
+        ({"cooldown": {"after_violation_s": -1}}, "cooldown.after_violation_s"),
+        ({"emergency": {"trigger_tardiness": 0.5}}, "emergency.trigger_tardiness"),
+        ({"emergency": {"trigger_ticks": 0}}, "emergency.trigger_ticks"),
+        ({"emergency": {"recover_ticks": -3}}, "emergency.recover_ticks"),
+        ({"cooldown": {"between_downsizes_s": float("nan")}}, "expected a finite number"),
+    ],
+)
+def test_guard_settings_out_of_range_are_config_errors(data, match):
+    with pytest.raises(ConfigError, match=match):
+        GuardsConfig.from_dict(data)
+    assert GuardsConfig.from_dict({"lc_floor": {"min_cores": 0.5, "min_llc_ways": 1}}).lc_floor is not None

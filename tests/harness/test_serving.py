@@ -264,10 +264,14 @@ def test_shipped_serve_configs_load_and_unknown_keys_name_the_field(tmp_path):
         serving.cooldown,
     )
     assert load_serve_config(ROOT / "configs/serve/sim.yaml").sim.scenario == "mix3-const"
-    assert load_serve_config(ROOT / "configs/serve/linux-local.yaml").linux.processes == {
-        "memcached": "memcached",
-        "be": "stress-ng",
-    }
+    procs = load_serve_config(ROOT / "configs/serve/linux-local.yaml").linux.processes
+    assert procs["memcached"].cmdline.startswith("memcached -u nobody") and procs["be"].pidfile is None
+    with pytest.raises(ConfigError, match=r"x.linux.processes.mc: 'memcached' is a process name"):
+        parse_serve_config({"linux": {"config": "linux-local", "processes": {"mc": "memcached"}}}, "x")
+    with pytest.raises(ConfigError, match="exactly one of pidfile or cmdline"):
+        parse_serve_config(
+            {"linux": {"config": "x", "processes": {"mc": {"pidfile": "/p", "cmdline": "m"}}}}, "x"
+        )
     with pytest.raises(ConfigError, match=r"x\.fallback\.windw_s: unknown key \(did you mean 'window_s'\?\)"):
         parse_serve_config({"fallback": {"windw_s": 3}}, "x")
     with pytest.raises(ConfigError, match=r"x\.safe_mode\.enter_after_ticks: expected an integer"):

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from hw.feed import (
+    MAX_FEED_APPS,
     FeedFormatError,
     FileFeed,
     FilePublisher,
@@ -203,6 +204,34 @@ def test_udp_malformed_datagrams_are_counted_and_skipped():
         assert feed.malformed == 7 and feed.received == 2
         assert "not JSON" in feed.last_error
         s.close()
+
+
+def test_udp_feed_keeps_only_its_apps_and_counts_the_others():
+    with UdpFeed(apps=["memcached"]) as feed:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for i in range(0, 500, 50):  # 500 invented names, 50 lines per datagram
+            s.sendto(b"".join(_line(app=f"app{k}") for k in range(i, i + 50)), feed.address)
+        s.sendto(_line(p99_us=500.0), feed.address)
+        _wait_for(lambda: feed.latest("memcached"))
+        _wait_for(lambda: feed.poll() == 0 and feed.dropped == 500)
+        assert feed.apps() == ("memcached",) and feed.latest("app7") is None
+        assert feed.dropped == 500 and feed.received == 1
+        s.close()
+
+
+def test_a_feed_not_told_its_apps_keeps_at_most_max_feed_apps(tmp_path):
+    path = tmp_path / "feed.jsonl"
+    path.touch()
+    with FileFeed(path) as feed, path.open("ab") as f:
+        f.write(b"".join(_line(app=f"app{k}") for k in range(MAX_FEED_APPS + 10)))
+        f.flush()
+        assert feed.poll() == MAX_FEED_APPS
+        assert len(feed.apps()) == MAX_FEED_APPS and feed.dropped == 10
+    reader = source_from_url(f"file:{path}", start_thread=False, apps=["app3"])
+    with path.open("ab") as f:
+        f.write(_line(app="app3") + _line(app="app4"))
+    assert reader.poll() == 1 and reader.dropped == 1 and reader.apps() == ("app3",)
+    reader.close()
 
 
 def test_udp_background_thread_stamps_on_arrival():

@@ -17,7 +17,7 @@ from env.allocations import fair_allocation, unmanaged_allocation
 from env.node import Node
 from env.types import Allocation, AllocationError, Move, Resource
 from hw.config import AppTarget, CoresConfig, LinuxNodeConfig, MemoryConfig
-from hw.linux_node import LinuxNode, assign_cores
+from hw.linux_node import LinuxNode, RestoreError, assign_cores
 from hw.probe import CapabilityError
 from hw.runner import HwInputError
 from tests.fakes import APPS, linux_config
@@ -174,6 +174,26 @@ def test_runtime_write_error_keeps_last_good_value_and_counts(node, v1_host):
     v1_host.fs.fail("cg/memory/mc/memory.limit_in_bytes", errno.EACCES)
     got = node.apply(a.replace_app("mc", memory_gb=4.0))
     assert got["mc"].memory_gb == 3.0 and node.errors["mem"] == 2 and "EACCES" in node.last_error
+    v1_host.fs.clear()  # else close() cannot restore the limit either (and says so)
+
+
+def test_close_that_cannot_restore_a_knob_says_so_and_the_next_start_retries_it(
+    v1_host, tmp_path, clock, feed
+):
+    limit = v1_host.cgroup_root / "memory" / "mc" / "memory.limit_in_bytes"
+    before = limit.read_text()
+    cfg = linux_config(v1_host, tmp_path)
+    n = LinuxNode(cfg, feed=feed, clock=clock, monotonic=clock, fs=v1_host.fs)
+    n.apply(split(n))
+    v1_host.fs.fail("cg/memory/mc/memory.limit_in_bytes", errno.EACCES)
+    with pytest.raises(RestoreError, match=r"memory.limit_in_bytes.*EACCES.*stay in the journal") as e:
+        n.close()
+    assert e.value.failed == n.unrestored and len(n.unrestored) == 1 and limit.read_text() != before
+    n.close()  # idempotent: reported once
+    v1_host.fs.clear()
+    again = LinuxNode(cfg, feed=feed, clock=clock, monotonic=clock, fs=v1_host.fs)
+    assert again.restored_at_start is not None and again.restored_at_start.ok and limit.read_text() == before
+    again.close()
 
 
 def test_cgroup_vanishing_mid_run_degrades(node, v1_host, clock, feed):

@@ -92,6 +92,25 @@ def test_config_errors_name_the_field(tmp_path):
     assert AppTarget("job", "be", pids=(1,)).create  # plain processes go into a created cgroup
 
 
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda: AppTarget("be", "be", cgroup="../../etc"), r"apps.be.cgroup '../../etc'"),
+        (lambda: AppTarget("be", "be", cgroup="/system.slice/../../x"), "without '..'"),
+        (lambda: AppTarget("../x", "be", create=True), r"apps.../x.name '../x': a plain name"),
+        (lambda: AppTarget("a/b", "be", create=True), "a plain name"),
+        (lambda: LinuxNodeConfig(name="n", apps=APPS, cgroup_parent="/etc"), "not an absolute one"),
+        (lambda: LinuxNodeConfig(name="n", apps=APPS, cgroup_parent="coloc/../.."), "without '..'"),
+        (lambda: CacheConfig(group_prefix="../x"), "cache.group_prefix"),
+    ],
+)
+def test_paths_under_the_kernel_roots_cannot_climb_out_or_be_absolute_names(make, needle):
+    with pytest.raises(ConfigError, match=needle):
+        make()
+    assert AppTarget("be", "be", cgroup="/").cgroup == "/"  # the hierarchy root itself
+    assert AppTarget("be", "be", cgroup="/system.slice/x.service").cgroup
+
+
 @pytest.mark.parametrize("name", ["linux-local", "linux-docker", "linux-lab"])
 def test_shipped_configs_load(name):
     c = load_linux_config(name)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hw.runner import Sysfs
-from hw.state import Journal, JournalBusy, JournalEntry
+from hw.state import Journal, JournalBusy, JournalEntry, JournalError, JournalScope
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -182,3 +182,99 @@ def test_kill_9_on_the_real_kernel_removes_the_cgroups_at_next_start(tmp_path, c
             for d in sorted(Path(f"/sys/fs/cgroup/{h}").glob(f"{parent}/**/"), key=lambda p: -len(p.parts)):
                 if d.is_dir():
                     d.rmdir()
+
+
+# ---- what a journal may name, and a damaged journal -------------------------------------------------------
+@pytest.fixture
+def tree(tmp_path):
+    """A node's roots with one journalled knob changed from 50000 to 20000, and a file outside them."""
+    knob = tmp_path / "cg" / "cpu" / "mc" / "cpu.cfs_quota_us"
+    knob.parent.mkdir(parents=True)
+    knob.write_text("20000")
+    (tmp_path / "rs").mkdir()
+    (tmp_path / "cpu").mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    scope = JournalScope(
+        roots=(str(tmp_path / "cg"), str(tmp_path / "rs"), str(tmp_path / "cpu")),
+        net_devices=(("eth9", None),),
+    )
+    return knob, victim, scope
+
+
+def _journal(path: Path, *entries: JournalEntry) -> Path:
+    path.write_text("".join(e.to_json() + "\n" for e in entries))
+    return path
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "outside",
+        "dotdot",
+        "release_agent",
+        "symlink_out",
+        "mkdir_outside",
+        "procs_outside",
+        "other_tc_device",
+        "docker",
+        "not_a_path",
+    ],
+)
+def test_a_journal_naming_anything_outside_its_node_replays_nothing(tmp_path, tree, bad):
+    knob, victim, scope = tree
+    cg = tmp_path / "cg"
+    if bad == "symlink_out":
+        (cg / "cpu" / "mc" / "cpu.max").symlink_to(victim)
+    entry = {
+        "outside": JournalEntry("file", str(victim), {"path": str(victim), "values": ["owned"]}),
+        "dotdot": JournalEntry("file", "k", {"path": f"{cg}/cpu/../../victim", "values": ["owned"]}),
+        "release_agent": JournalEntry("file", "k", {"path": f"{cg}/cpu/release_agent", "values": ["/x"]}),
+        "symlink_out": JournalEntry("file", "k", {"path": f"{cg}/cpu/mc/cpu.max", "values": ["owned"]}),
+        "mkdir_outside": JournalEntry("mkdir", str(tmp_path / "rs2")),
+        "procs_outside": JournalEntry("procs", "1", {"pid": 1, "procs_files": [str(victim)]}),
+        "other_tc_device": JournalEntry("tc_root", "eth0", {"dev": "eth0", "netns": None}),
+        "docker": JournalEntry("docker", "abc", {"memory": 0}),
+        "not_a_path": JournalEntry("file", "k", {"path": ["x"], "values": ["1"]}),
+    }[bad]
+    good = JournalEntry("file", str(knob), {"path": str(knob), "values": ["50000"]})
+    j = Journal(_journal(tmp_path / "j.jsonl", good, entry), scope=scope)
+    with pytest.raises(JournalError, match=r"line 2: .*outside this node.*Nothing was replayed.*mv "):
+        j.open()
+    assert knob.read_text() == "20000" and victim.read_text() == "mine"
+    Journal(_journal(tmp_path / "ok.jsonl", good), scope=scope).open()  # the good entry alone is fine
+
+
+def test_a_damaged_journal_is_an_error_that_says_what_to_do(tmp_path, tree):
+    knob, _, scope = tree
+    good = JournalEntry("file", str(knob), {"path": str(knob), "values": ["50000"]})
+    p = tmp_path / "j.jsonl"
+    p.write_text("not json\n" + good.to_json() + "\n")
+    with pytest.raises(JournalError, match=r"line 1: not a journal entry.*mv .*j.jsonl"):
+        Journal(p, scope=scope).open()
+    p.write_text('{"kind": 1, "key": "k"}\n')
+    with pytest.raises(JournalError, match="line 1"):
+        Journal(p, scope=scope).open()
+    assert knob.read_text() == "20000"
+
+
+def test_the_journal_stays_private_and_is_never_written_through_a_symlink(tmp_path, tree):
+    knob, victim, scope = tree
+    p = tmp_path / "j.jsonl"
+    p.write_text("")
+    p.chmod(0o644)
+    (tmp_path / "j.jsonl.tmp").symlink_to(victim)  # the old fixed temporary name, prepared by someone
+    j = Journal(p, scope=scope)
+    j.open()
+    assert p.stat().st_mode & 0o777 == 0o600
+    j.record_file(knob, ["20000"])
+    knob.write_text("30000")
+    assert j.restore().ok and knob.read_text() == "20000"  # restore rewrites the journal
+    assert p.stat().st_mode & 0o777 == 0o600 and not p.is_symlink() and victim.read_text() == "mine"
+    assert sorted(x.name for x in tmp_path.iterdir() if x.name.startswith(".j.jsonl")) == []
+    j.close()
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(victim)
+    with pytest.raises(JournalError, match="is a symlink"):
+        Journal(link, scope=scope).open()
+    assert victim.read_text() == "mine"

@@ -140,3 +140,168 @@ def test_profiles_and_platforms_are_strict(tmp_path):
     bad.write_text(yaml.safe_dump(plat))
     with pytest.raises(ConfigError, match="turbo_mhz"):
         load_platform(bad)
+
+
+# ---- hostile or careless input: a ConfigError naming the field, never another exception ----------------
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"duration_s": NAN}, "duration_s: expected a finite number"),
+        ({"duration_s": INF}, "duration_s: expected a finite number"),
+        ({"warmup_s": NAN}, "warmup_s: expected a finite number"),
+        ({"duration_s": 86_401}, "at most 86400 s"),
+        ({"seed": -3}, "seed = -3"),
+        ({"be": ["ant_cpu"]}, "antagonist, not a BE job"),
+        ({"be": ["ant_hyperthread"]}, "antagonist, not a BE job"),
+        ({"apps": [{"app": "memcached", "overrides": {"threads": NAN}}]}, "threads: expected a finite"),
+        ({"apps": [{"app": "memcached", "overrides": {"dataset_gb": INF}}]}, "dataset_gb: expected a finite"),
+        ({"apps": [{"app": "memcached", "overrides": {"threads": 1.5}}]}, "whole number of threads"),
+        ({"apps": [{"app": "memcached", "load": NAN}]}, r"apps\[0\].load: load nan must be"),
+        (
+            {
+                "apps": [
+                    {
+                        "app": "memcached",
+                        "load": {"kind": "sinusoid", "low": 0.1, "high": 0.5, "period_s": NAN},
+                    }
+                ]
+            },
+            "period_s",
+        ),
+        (
+            {
+                "apps": [
+                    {"app": "memcached", "load": {"kind": "diurnal", "low": 0.1, "high": 0.5, "phase_s": INF}}
+                ]
+            },
+            "phase_s",
+        ),
+        (
+            {"apps": [{"app": "memcached", "load": {"kind": "step", "steps": [[0, 0.2], [NAN, 0.5]]}}]},
+            r"steps\[1\]\[0\]",
+        ),
+        (
+            {
+                "apps": [
+                    {
+                        "app": "memcached",
+                        "load": {"kind": "bursty", "base": 0.1, "burst": 0.5, "horizon_s": 1e12},
+                    }
+                ]
+            },
+            "horizon_s",
+        ),
+        (
+            {
+                "apps": [
+                    {
+                        "app": "memcached",
+                        "load": {
+                            "kind": "bursty",
+                            "base": 0.1,
+                            "burst": 0.5,
+                            "mean_gap_s": 1e-6,
+                            "mean_burst_s": 1e-6,
+                        },
+                    }
+                ]
+            },
+            "bursts expected",
+        ),
+        (
+            {
+                "apps": [
+                    {"app": "memcached", "load": {"kind": "bursty", "base": 0.1, "burst": 0.5, "ramp_s": -1}}
+                ]
+            },
+            "ramp_s",
+        ),
+        ({"apps": [{"app": "memcached", "load": {"kind": ["csv"]}}]}, "unknown trace kind"),
+    ],
+)
+def test_hostile_scenarios_are_config_errors(changes, match):
+    with pytest.raises(ConfigError, match=match):
+        _scenario(**changes)
+
+
+def test_binary_or_malformed_scenario_and_trace_files_are_config_errors(tmp_path):
+    (tmp_path / "float.yaml").write_text("name: t\napps: 1.5\n")
+    with pytest.raises(ConfigError, match="apps: expected a list"):
+        load_scenario(tmp_path / "float.yaml")
+    blob = bytes(range(256))
+    (tmp_path / "scn.yaml").write_bytes(blob)
+    with pytest.raises(ConfigError, match="not a text file"):
+        load_scenario(tmp_path / "scn.yaml")
+    (tmp_path / "t.csv").write_bytes(blob)
+    with pytest.raises(ConfigError, match="not a text file"):
+        read_trace_csv(tmp_path / "t.csv")
+    (tmp_path / "nul.csv").write_bytes(b"0,0.1\n1,\x000.2\n")
+    with pytest.raises(ConfigError, match=r"nul\.csv"):
+        read_trace_csv(tmp_path / "nul.csv")
+    with pytest.raises(ConfigError, match="time_scale"):
+        values({"kind": "csv", "path": str(tmp_path / "t.csv"), "time_scale": -1}, [0])
+
+
+def _write_variant(tmp_path, kind: str, name: str, change) -> str:
+    data = yaml.safe_load((load_profile.__globals__["CONFIGS"] / kind / f"{name}.yaml").read_text())
+    change(data)
+    p = tmp_path / f"{name}-variant.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return str(p)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "match"),
+    [
+        (("memory", "bandwidth_gbps"), 0, "memory.bandwidth_gbps must be > 0"),
+        (("disk", "seq_mbps"), -100, "disk.seq_mbps must be > 0"),
+        (("network", "gbps"), 0, "network.gbps must be > 0"),
+        (("llc", "bandwidth_gbps"), -1, "llc.bandwidth_gbps must be > 0"),
+        (("freq", "step_mhz"), 0, "freq.step_mhz"),
+        (("memory", "step_gb"), 0, "memory.step_gb"),
+        (("disk", "step_mbps"), -10, "disk.step_mbps"),
+        (("sched_wakeup_delay_ms",), 0, "sched_wakeup_delay_ms must be > 0"),
+    ],
+)
+def test_platforms_with_zero_or_negative_bandwidths_and_steps_are_config_errors(tmp_path, path, value, match):
+    def change(d):
+        node = d
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+
+    with pytest.raises(ConfigError, match=match):
+        load_platform(_write_variant(tmp_path, "node", "parties", change))
+
+
+def test_a_platform_too_small_for_the_apps_is_a_config_error_and_a_thin_link_still_runs(tmp_path):
+    from env.sim.node import SimNode
+
+    small = _write_variant(tmp_path, "node", "vm2", lambda d: d["memory"].update(gb=0.5))
+    with pytest.raises(ConfigError, match="do not fit on platform"):
+        _scenario(platform=small, apps=[{"app": "memcached"}, {"app": "xapian"}])
+    # the fair start leaves memcached no network bandwidth: the simulator serves ~nothing, it does not divide by 0
+    thin = _write_variant(tmp_path, "node", "qprm", lambda d: d["network"].update(gbps=0.5))
+    node = SimNode(_scenario(platform=thin))
+    assert node.current_allocation()["memcached"].net_gbps == 0.0
+    assert node.step().apps[0].p99_us > node.scenario.lc_profiles[0].qos_target_us
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "match"),
+    [
+        ("be_parties", lambda d: d.update(classes=[]), "classes is empty"),
+        ("be_parties", lambda d: d["classes"][0].update(threads=0), r"classes\[0\].threads"),
+        ("ant_disk_bandwidth", lambda d: d["classes"][0].update(cpu_util=0), "cpu_util"),
+        ("memcached", lambda d: d.update(max_load_rps=1e20), "max_load_rps"),
+        ("memcached", lambda d: d.update(llc_alpha=0), "llc_alpha"),
+        ("mongodb", lambda d: d.update(ios_per_miss=0), "ios_per_miss"),
+        ("memcached", lambda d: d.update(extends=["x"]), "extends"),
+    ],
+)
+def test_profiles_out_of_their_physical_range_are_config_errors(tmp_path, name, change, match):
+    with pytest.raises(ConfigError, match=match):
+        load_profile(_write_variant(tmp_path, "apps", name, change))
