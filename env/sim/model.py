@@ -310,6 +310,8 @@ def _ncq_read_time(x, iops, gamma, qd, nmax):
     at most `nmax` outstanding (the threads that can wait on a read); Little's law on the reads
     the chain accepts. Past saturation the chain sits at nmax and the read time is nmax over the
     disk's rate there: the threads' pool, not the disk, then holds the rest."""
+    if iops <= 0.0:  # no disk (an unused slot of a batch): reads never complete
+        return 1e300
     if x <= 0.0 or nmax < 0.5:
         return 1.0 / iops
     nm = max(1, int(nmax + 0.5))
@@ -972,10 +974,10 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             io_cap = 1e300  # requests/s the threads (and the throttle) allow
             t_hold = svc
             if mf > 1e-9:
-                cap_reads = alloc[b, w, A_DISK] * 1000.0 / max(p[P_IO_KB], 4.0)
+                cap_reads = max(alloc[b, w, A_DISK] * 1000.0 / max(p[P_IO_KB], 4.0), 1e-3)  # 0 MB/s: ~none
                 lam_r = lam * mf * ios
-                rho_t = min(lam_r / max(cap_reads, 1e-9), 0.995)
-                per_read = t_read + rho_t / (2.0 * max(cap_reads, 1e-9) * (1.0 - rho_t))
+                rho_t = min(lam_r / cap_reads, 0.995)
+                per_read = t_read + rho_t / (2.0 * cap_reads * (1.0 - rho_t))
                 per_event = ios * per_read + seq_share * pl[PL_DISK_SLICE_S] * 0.5
                 q_io = 1.0 - math.exp(-mf)
                 r_io = 1.0 / (per_event * mf / q_io)
@@ -991,7 +993,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 net_cap = avail / bits
                 if net_cap > lam:
                     r_net = net_cap - lam
-            mu_tot = min(cpu_cap, io_cap, net_cap)
+            mu_tot = max(min(cpu_cap, io_cap, net_cap), 1e-9)
             rho = lam / cpu_cap
             o[O_RHO] = rho
             o[O_CAP] = mu_tot

@@ -349,12 +349,16 @@ def test_finds_the_enumerated_optimum_of_a_small_node(tmp_path, loads):
 
 
 # ---- the monotonicity assumption --------------------------------------------------------------------
+TAIL_ATOL = 1e-5  # a thousandth of the window verdict's 1%: differences below it decide nothing
+
+
 def _no_worse(more: np.ndarray, less: np.ndarray, margin: float) -> None:
     """`more` (the tails with more interference) is at least `less`, but for rare exceptions (at most
-    5% of the samples) smaller than `margin` relative."""
-    below = more < less * (1 - 1e-9) - 1e-15
+    5% of the samples) smaller than `margin` relative; tails both far below the verdict's 1% (under
+    `TAIL_ATOL`) count as equal."""
+    below = more < less * (1 - 1e-9) - TAIL_ATOL
     assert below.mean() <= 0.05, (more[below], less[below])
-    assert np.all(more >= less * (1 - margin) - 1e-15), (more[below], less[below])
+    assert np.all(more >= less * (1 - margin) - TAIL_ATOL), (more[below], less[below])
 
 
 @pytest.mark.parametrize("apps", [("memcached", "moses", "mongodb"), ("xapian", "nginx", "sphinx")])
@@ -555,7 +559,7 @@ def _sampled_points(rng: np.random.Generator, per_size: int) -> list[tuple[tuple
     mix is near the edge of what the node serves (higher for fewer apps)."""
     out = []
     for size in (2, 3, 4, 5, 6):
-        hi = {2: 8, 3: 6, 4: 4, 5: 3, 6: 3}[size]
+        hi = {2: 10, 3: 9, 4: 7, 5: 6, 6: 5}[size]
         for _ in range(per_size):
             apps = tuple(sorted(rng.choice(ALL_APPS, size, replace=False), key=ALL_APPS.index))
             out.append((apps, tuple(10 * int(rng.integers(1, hi + 1)) for _ in apps)))
