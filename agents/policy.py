@@ -463,7 +463,13 @@ class RlController(BaseController):
         decoded = self.codec.decode(action, observation, caps)
         if not decoded.applied:
             why = "; ".join(f"{a}:{m} refused ({r})" for a, m, r in decoded.rejected)
-            return Decision.hold("policy: HOLD" + (f" ({why})" if why else ""))
+            reason = "policy: HOLD" + (f" ({why})" if why else "")
+            if decoded.allocation == observation.allocation:
+                return Decision.hold(reason)
+            # the network partition follows the apps' use (env.moves.adjust_network, PARTIES Alg. 1)
+            return Decision(
+                decoded.allocation, reason=reason + "; network partition adjusted", move=Move.HOLD
+            )
         reason = "policy: " + ", ".join(describe_move(*x) for x in decoded.applied)
         if len(decoded.applied) == 1:
             app, move, _ = decoded.applied[0]

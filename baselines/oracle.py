@@ -1558,31 +1558,45 @@ class OracleController(BaseController):
         """The Oracle does not need measurements: it follows the trace (the check is skipped)."""
         return self._tick(dataclasses.replace(obs, apps=tuple(s for s in obs.apps if s.valid)))
 
-    def _tick(self, obs: Observation) -> Decision:
+    def plan_from(self, obs: Observation, start: Allocation) -> Plan:
+        """The plan for the loads ahead of `obs`, searched for a run that starts in `start` (the
+        allocation in force when the plan is first applied), cached per process like every plan."""
+        return self._plan_for(obs, start)[0]
+
+    def _plan_for(
+        self, obs: Observation, start: Allocation | None
+    ) -> tuple[Plan, dict[str, float], str, str]:
+        """(plan, loads, note on the loads, " (new plan)" when it was searched now). A plan is kept
+        until the loads change (then searched from `start`, default the allocation in force)."""
         caps = self.caps
         assert caps is not None
         loads, note = self.planned_loads(obs)
         loads_key = tuple(round(loads[a], 6) for a in self._names)
         fresh = ""
-        if self._key is None or self._key[-1] != loads_key:
+        changed = start is not None and self._key is not None and self._key[-2] != start
+        start = obs.allocation if start is None else start
+        if self._key is None or self._key[-1] != loads_key or changed:
             key = (
                 _fingerprint(self.scenario),
                 caps.node_name,
                 tuple(a.name for a in caps.apps),
                 self.cfg,
-                obs.allocation,
+                start,
                 loads_key,
             )
             if key not in _PLANS:
-                if self._planner is None or self._planner.start != obs.allocation:
-                    self._planner = Planner(self.scenario, caps, self.cfg, obs.allocation)
+                if self._planner is None or self._planner.start != start:
+                    self._planner = Planner(self.scenario, caps, self.cfg, start)
                 _PLANS[key] = self._planner.plan(loads)
                 self.plans_made += 1
                 fresh = " (new plan)"
             self._key, self._plan = key, _PLANS[key]
             self.searches.append(self._plan.search)
-        plan = self._plan
-        assert plan is not None
+        assert self._plan is not None
+        return self._plan, loads, note, fresh
+
+    def _tick(self, obs: Observation) -> Decision:
+        plan, loads, note, fresh = self._plan_for(obs, None)
         ev = plan.evaluation
         what = "viable" if plan.viable else f"{plan.search.verdict}: no viable allocation; closest"
         reason = (

@@ -120,7 +120,7 @@ from typing import Literal
 from env.allocations import fair_allocation
 from env.config import CONFIGS, ConfigError, build, load_yaml
 from env.controller import BaseController, ControllerContext
-from env.moves import PlannedMove, plan_move
+from env.moves import NetworkRule, PlannedMove, adjust_network, plan_move
 from env.types import (
     Allocation,
     AllocationError,
@@ -642,40 +642,13 @@ class PartiesController(BaseController):
 
     # ---- Sec. 4.2.1: network bandwidth, every interval ---------------------------------------------
     def _adjust_network(self, obs: Observation, alloc: Allocation, tick: _Tick) -> Allocation:
-        """adjust_network_bandwidth_partition(): +0.5 Gbps to an LC app whose bandwidth slack
-        (limit - use) is < 0.5 Gbps, 0.5 Gbps reclaimed from one whose slack is > 1 Gbps (choice 7)."""
-        caps = self.caps
-        assert caps is not None
+        """adjust_network_bandwidth_partition() (Alg. 1): `env.moves.adjust_network` with this
+        config's thresholds (choice 7)."""
+        assert self.caps is not None
         cfg = self.cfg
-        be = next((b for b in self._be_names if b in alloc), None)
-        samples = [s for s in obs.apps if s.name in self._lc_names and s.name in alloc]
-        out = alloc
-        for s in samples:  # reclaim first, so the bandwidth can serve an increase this interval
-            lim = out[s.name].net_gbps
-            if lim - s.usage.net_gbps > cfg.net_reclaim_above_gbps:
-                give = min(cfg.net_step_gbps, lim)
-                out = out.replace_app(s.name, net_gbps=_q(lim - give))
-                if be is not None:
-                    out = out.replace_app(be, net_gbps=_q(min(out[be].net_gbps + give, caps.net_gbps)))
-                tick.notes.append(f"net {s.name} -{give:g} Gbps")
-        for s in sorted(samples, key=lambda x: out[x.name].net_gbps - x.usage.net_gbps):
-            lim = out[s.name].net_gbps
-            if lim - s.usage.net_gbps >= cfg.net_increase_below_gbps:
-                continue
-            idle = max(caps.net_gbps - sum(a.net_gbps for a in out), 0.0)
-            from_idle = min(cfg.net_step_gbps, idle, caps.net_gbps - lim)
-            from_be = 0.0
-            if be is not None:
-                from_be = min(
-                    cfg.net_step_gbps - from_idle, out[be].net_gbps, caps.net_gbps - lim - from_idle
-                )
-            got = from_idle + max(from_be, 0.0)
-            if got <= _EPS:
-                continue
-            out = out.replace_app(s.name, net_gbps=_q(lim + got))
-            if be is not None and from_be > 0:
-                out = out.replace_app(be, net_gbps=_q(out[be].net_gbps - from_be))
-            tick.notes.append(f"net {s.name} +{got:g} Gbps")
+        rule = NetworkRule(cfg.net_increase_below_gbps, cfg.net_reclaim_above_gbps, cfg.net_step_gbps)
+        out, notes = adjust_network(obs, alloc, self.caps, rule)
+        tick.notes.extend(notes)
         return out
 
     # ---- Alg. 1 / Sec. 4.2.1: migration -------------------------------------------------------------
@@ -697,11 +670,6 @@ class PartiesController(BaseController):
         stateless = [n for n in targets if caps.app(n).stateless]
         pool = stateless or list(targets)
         return {"migrate": max(pool, key=lambda n: targets[n])}
-
-
-def _q(x: float) -> float:
-    """Round a bandwidth to 1e-6 Gbps so that repeated +-0.5 steps do not drift."""
-    return round(x, 6)
 
 
 def make(context: ControllerContext, arg: str | None = None) -> PartiesController:

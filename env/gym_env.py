@@ -26,7 +26,7 @@ from gymnasium import spaces
 from env.config import ConfigError, build
 from env.features import FeatureConfig, ObservationEncoder
 from env.guards import GuardChain, GuardsConfig, build_guards
-from env.moves import move_mask, plan_move
+from env.moves import MaskContext, adjust_network, plan_move
 from env.node import Node
 from env.rewards import QosFirstReward, RewardConfig, RewardFn, RewardTerms
 from env.scenario_sampler import SamplerConfig, ScenarioSampler
@@ -171,8 +171,9 @@ class ActionCodec:
         """(max_apps, 11) feasibility of each slot's moves; padded slots only HOLD."""
         m = np.zeros((self.max_apps, N_MOVES), dtype=bool)
         m[:, Move.HOLD] = True
+        ctx = MaskContext(obs.allocation, caps)
         for k, spec in enumerate(caps.lc_apps[: self.max_apps]):
-            m[k] = move_mask(obs, caps, spec.name)
+            m[k] = ctx.mask(spec.name)
         return m
 
     def mask(self, obs: Observation, caps: Capabilities) -> np.ndarray:
@@ -199,7 +200,9 @@ class ActionCodec:
         return [(k, Move(int(v))) for k, v in enumerate(arr) if v != Move.HOLD]
 
     def decode(self, action: Any, obs: Observation, caps: Capabilities) -> DecodedAction:
-        """The allocation after `action`, planned from `obs.allocation`."""
+        """The allocation after `action`, planned from `obs.allocation`, with the network partition
+        adjusted to the apps' use (`env.moves.adjust_network`, PARTIES Alg. 1: outside the ten moves,
+        every interval, for every controller of them)."""
         lc = caps.lc_apps
         wanted = self.moves_of(action)
         rejected: list[tuple[str, Move, str]] = []
@@ -228,6 +231,7 @@ class ActionCodec:
                 continue
             alloc = plan.allocation
             applied.append((app, move, plan.counterpart))
+        alloc, _ = adjust_network(obs, alloc, caps)  # outside the ten moves, as PARTIES (Alg. 1)
         return DecodedAction(alloc, tuple(applied), tuple(rejected))
 
 

@@ -20,13 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from env.types import (
+    EPS,
     N_MOVES,
+    POOL_FIELD,
     Allocation,
     Capabilities,
     Direction,
     Move,
     Observation,
     Resource,
+    min_amount,
 )
 
 MEM_VICTIM_MIN_SLACK_GB = 1.0  # PARTIES Sec. 4.2.4
@@ -120,13 +123,121 @@ def plan_move(
 
 
 def move_mask(obs: Observation, caps: Capabilities, app: str, alloc: Allocation | None = None) -> np.ndarray:
-    """Feasibility of the eleven moves (HOLD first) for `app`, as a boolean array. Checks
-    feasibility only (no allocation is built), with the same candidates as `plan_move`."""
+    """Feasibility of the eleven moves (HOLD first) for `app`, as a boolean array: `plan_move`'s
+    candidates, checked with `Allocation.infeasible_reason`'s rules (no allocation is built, no
+    reason is formatted: this runs for every app of every node each interval of training).
+
+    A move is feasible when some candidate can take part, so the candidates' order (the latency and
+    memory slack that `plan_move` ranks them by) does not matter: a DOWN move needs only the app's
+    own unit above its minimum (the idle pool always takes it), an UP move the idle pool's unit or
+    one candidate above its minimum that shares no core group or CLOS with the app."""
     alloc = obs.allocation if alloc is None else alloc
-    mask = np.zeros(N_MOVES, dtype=bool)
-    mask[0] = True
-    for m in list(Move)[1:]:
-        mask[m.value] = any(
-            not alloc.infeasible_reason(app, m, caps, c) for c in _candidates(obs, alloc, caps, app, m)
-        )
-    return mask
+    return MaskContext(alloc, caps).mask(app)
+
+
+_UP_DOWN = {r: (Move.of(Direction.UP, r).value, Move.of(Direction.DOWN, r).value) for r in Resource}
+
+
+class MaskContext:
+    """Per-allocation quantities of `move_mask`, computed once for all of its apps."""
+
+    def __init__(self, alloc: Allocation, caps: Capabilities) -> None:
+        self.alloc, self.caps = alloc, caps
+        self.pool = {
+            Resource.CORE: alloc.idle_cores,
+            Resource.CACHE: float(alloc.idle_llc_ways),
+            Resource.MEM: alloc.idle_memory_gb,
+            Resource.DISK: alloc.idle_disk_mbps,
+        }
+        self.step = {r: (1.0 if r is Resource.CACHE else caps.step(r)) for r in self.pool}
+        self.be = {b.name for b in caps.be_apps}
+        self.members = [a for a in alloc.apps]
+
+    def _minimum(self, res: Resource, name: str) -> float:
+        return min_amount(res, self.caps, name in self.be)
+
+    def mask(self, app: str) -> np.ndarray:
+        caps, alloc = self.caps, self.alloc
+        me = alloc[app]
+        out = np.zeros(N_MOVES, dtype=bool)
+        out[0] = True
+        for res in Resource:
+            if res not in caps.knobs:
+                continue
+            up, down = _UP_DOWN[res]
+            if res is Resource.FREQ:
+                levels = caps.freq_levels_mhz
+                if me.freq_mhz in levels:
+                    i = levels.index(me.freq_mhz)
+                    out[up], out[down] = i + 1 < len(levels), i > 0
+                continue
+            field, step = POOL_FIELD[res], self.step[res]
+            out[down] = getattr(me, field) - step >= self._minimum(res, app) - EPS
+            if self.pool[res] + EPS >= step:
+                out[up] = True
+                continue
+            key = "core_group" if res is Resource.CORE else "clos" if res is Resource.CACHE else None
+            for other in self.members:
+                if other.name == app or (key is not None and getattr(other, key) == getattr(me, key)):
+                    continue
+                if getattr(other, field) - step >= self._minimum(res, other.name) - EPS:
+                    out[up] = True
+                    break
+        return out
+
+
+# ---- the network partition, outside the ten moves -------------------------------------------------------
+@dataclass(frozen=True)
+class NetworkRule:
+    """PARTIES Sec. 4.2.1 `adjust_network_bandwidth_partition()`: network bandwidth is a threshold, not
+    a tradeable resource, so it follows each LC app's use every interval, outside the ten moves."""
+
+    increase_below_gbps: float = 0.5  # bandwidth slack (limit - use) below which the limit grows
+    reclaim_above_gbps: float = 1.0  # slack above which bandwidth is reclaimed
+    step_gbps: float = 0.5
+
+
+def adjust_network(
+    obs: Observation, alloc: Allocation, caps: Capabilities, rule: NetworkRule = NetworkRule()
+) -> tuple[Allocation, list[str]]:
+    """PARTIES' network partition (Alg. 1, Sec. 4.2.1; the one rule every controller of the ten moves
+    shares): `step_gbps` more to an LC app whose bandwidth slack is below `increase_below_gbps` (from
+    unallocated link capacity first, then from the BE jobs), `step_gbps` reclaimed from one whose
+    slack exceeds `reclaim_above_gbps` (to the BE jobs, idle when there are none); reclaims first, so
+    that the bandwidth can serve an increase in the same interval. The sum of the limits never
+    exceeds the link. Returns the allocation and one note per change."""
+    notes: list[str] = []
+    be = next((b.name for b in caps.be_apps if b.name in alloc), None)
+    lc = {a.name for a in caps.lc_apps}
+    samples = [s for s in obs.apps if s.name in lc and s.name in alloc and s.valid]
+    out = alloc
+    for s in samples:
+        lim = out[s.name].net_gbps
+        if lim - s.usage.net_gbps > rule.reclaim_above_gbps:
+            give = min(rule.step_gbps, lim)
+            out = out.replace_app(s.name, net_gbps=_q(lim - give))
+            if be is not None:
+                out = out.replace_app(be, net_gbps=_q(min(out[be].net_gbps + give, caps.net_gbps)))
+            notes.append(f"net {s.name} -{give:g} Gbps")
+    for s in sorted(samples, key=lambda x: out[x.name].net_gbps - x.usage.net_gbps):
+        lim = out[s.name].net_gbps
+        if lim - s.usage.net_gbps >= rule.increase_below_gbps:
+            continue
+        idle = max(caps.net_gbps - sum(a.net_gbps for a in out), 0.0)
+        from_idle = min(rule.step_gbps, idle, caps.net_gbps - lim)
+        from_be = 0.0
+        if be is not None:
+            from_be = min(rule.step_gbps - from_idle, out[be].net_gbps, caps.net_gbps - lim - from_idle)
+        got = from_idle + max(from_be, 0.0)
+        if got <= EPS:
+            continue
+        out = out.replace_app(s.name, net_gbps=_q(lim + got))
+        if be is not None and from_be > 0:
+            out = out.replace_app(be, net_gbps=_q(out[be].net_gbps - from_be))
+        notes.append(f"net {s.name} +{got:g} Gbps")
+    return out, notes
+
+
+def _q(x: float) -> float:
+    """A bandwidth rounded to 1e-6 Gbps, so that repeated +-0.5 steps do not drift."""
+    return round(x, 6)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -236,7 +236,8 @@ class AppAlloc:
         }[resource]
 
 
-_EPS = 1e-6
+EPS = 1e-6  # tolerance of allocation arithmetic (quantities on a grid of steps)
+_EPS = EPS
 MIN_CPU_SHARES, MAX_CPU_SHARES = 2, 262144  # cgroup v1 cpu.shares range
 
 
@@ -435,21 +436,20 @@ class Allocation:
         return ""
 
 
-_POOL_FIELD = {
+POOL_FIELD = {  # the allocation field each pooled resource is held in
     Resource.CORE: "cores",
     Resource.CACHE: "llc_ways",
     Resource.MEM: "memory_gb",
     Resource.DISK: "disk_mbps",
 }
+_POOL_FIELD = POOL_FIELD
 
 
-def _minimum(res: Resource, caps: Capabilities, app: AppAlloc | None = None) -> float:
+def min_amount(res: Resource, caps: Capabilities, is_be: bool = False) -> float:
     """Smallest amount of a resource an app may hold. A BE job may be squeezed to zero cores
     (it is then paused); LC apps keep one step of everything."""
     if res is Resource.CORE:
-        if app is not None and _is_be(caps, app.name):
-            return 0.0
-        return caps.core_step
+        return 0.0 if is_be else caps.core_step
     if res is Resource.CACHE:
         return float(caps.min_llc_ways)
     if res is Resource.MEM:
@@ -459,12 +459,33 @@ def _minimum(res: Resource, caps: Capabilities, app: AppAlloc | None = None) -> 
     return 0.0
 
 
+def _minimum(res: Resource, caps: Capabilities, app: AppAlloc | None = None) -> float:
+    return min_amount(res, caps, app is not None and _is_be(caps, app.name))
+
+
 def _is_be(caps: Capabilities, name: str) -> bool:
     return any(a.name == name and not a.is_lc for a in caps.apps)
 
 
+_VALIDATED: list[tuple[Allocation, Capabilities]] = []  # the last few allocations found valid (by identity)
+
+
 def validate_allocation(alloc: Allocation, caps: Capabilities) -> None:
-    """Raise `AllocationError` naming the field and what is allowed, before any write (DESIGN §3)."""
+    """Raise `AllocationError` naming the field and what is allowed, before any write (DESIGN §3).
+    Both are immutable, so the same pair checked again (a guard, then the node) is not re-checked."""
+    for a_, c_ in _VALIDATED:
+        if a_ is alloc and c_ is caps:
+            return
+    _validate(alloc, caps)
+    _VALIDATED.append((alloc, caps))
+    if len(_VALIDATED) > 8:
+        del _VALIDATED[0]
+
+
+_FLOAT_FIELDS = ("cores", "memory_gb", "disk_mbps", "net_gbps", "cpu_quota")
+
+
+def _validate(alloc: Allocation, caps: Capabilities) -> None:
     names = [a.name for a in alloc.apps]
     known = {a.name for a in caps.apps}
     for n in names:
@@ -477,12 +498,13 @@ def validate_allocation(alloc: Allocation, caps: Capabilities) -> None:
         raise AllocationError(f"allocation has no entry for {sorted(missing)}")
     groups: dict[int, tuple[float, int]] = {}
     closes: dict[int, tuple[int, int]] = {}
+    be = {b.name for b in caps.apps if not b.is_lc}
     for a in alloc.apps:
-        for f in fields(a):
-            v = getattr(a, f.name)
+        for f in _FLOAT_FIELDS:
+            v = getattr(a, f)
             if isinstance(v, float) and not math.isfinite(v):
-                raise AllocationError(f"{a.name}.{f.name} = {v} is not a finite number")
-        lo_cores = 0.0 if _is_be(caps, a.name) else caps.core_step
+                raise AllocationError(f"{a.name}.{f} = {v} is not a finite number")
+        lo_cores = 0.0 if a.name in be else caps.core_step
         if not (lo_cores - _EPS <= a.cores <= caps.cores + _EPS):
             raise AllocationError(f"{a.name}.cores = {a.cores}: allowed {lo_cores}..{caps.cores}")
         if abs(a.cores / caps.core_step - round(a.cores / caps.core_step)) > 1e-6:

@@ -94,6 +94,12 @@ def _oracle(ctx: ControllerContext, arg: str | None) -> Controller:
     return oracle.make(ctx, arg)
 
 
+def _oracle_guided(ctx: ControllerContext, arg: str | None) -> Controller:
+    from baselines import oracle_guided
+
+    return oracle_guided.make(ctx, arg)
+
+
 def _bo(ctx: ControllerContext, arg: str | None) -> Controller:
     from agents.bo import controller
 
@@ -151,6 +157,13 @@ REGISTRY: dict[str, Entry] = {
     "oracle": Entry(
         _oracle,
         "best static allocation with full knowledge of the simulator (PARTIES Fig. 8)",
+        arg="CONFIG",
+        optional_arg=True,
+        needs_sim=True,
+    ),
+    "oracle-guided": Entry(
+        _oracle_guided,
+        "the Oracle's plan reached one PARTIES move per interval (the learned policy's teacher)",
         arg="CONFIG",
         optional_arg=True,
         needs_sim=True,

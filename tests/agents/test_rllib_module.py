@@ -412,7 +412,10 @@ def test_teacher_decisions_become_labels_in_the_action_layout(mode):
     plan = plan_move(obs, caps, "xapian", Move.UP_CACHE)
     a, ok = label(Decision(plan.allocation, move=Move.UP_CACHE, app="xapian"), obs, caps, codec, mask)
     assert ok and np.array_equal(a, 1 + 10 * 1 + 1 if mode == "single" else [0, Move.UP_CACHE.value, 0, 0])
-    assert codec.decode(a, obs, caps).allocation == plan.allocation
+    from env.moves import adjust_network
+
+    # decoding adds the network partition (outside the ten moves, PARTIES Alg. 1)
+    assert codec.decode(a, obs, caps).allocation == adjust_network(obs, plan.allocation, caps)[0]
     a, ok = label(Decision(plan.allocation, reason="no single move"), obs, caps, codec, mask)
     assert not ok and np.array_equal(a, hold)
     # a change outside the ten moves (PARTIES' network adjustment, move HOLD) is a HOLD to imitate

@@ -1,0 +1,160 @@
+"""The Oracle, one move at a time: a privileged teacher for the learned policy, and a controller.
+
+The Oracle (`baselines.oracle`, PARTIES Sec. 5.2.3) knows the scenario's loads and the simulator's
+model and jumps to the best allocation for them. A policy that sees only what a real node shows
+(slack, load, utilisation) cannot jump: it makes one of PARTIES' ten moves per 500 ms interval
+(Sec. 4.2.3). `OracleGuidedController` bridges the two: at each interval it takes the Oracle's plan
+for the loads ahead (planned once per load vector, from the episode's first allocation, and cached)
+and makes the move that leads there. Imitated by DAgger (`agents.rllib.imitation`), it is a teacher
+that knows where to go, where PARTIES only knows which way is up (privileged-teacher distillation,
+as in learning by cheating: Chen et al., CoRL 2019; the student sees only the observation, so it
+still deploys on a real node).
+
+The move, in this order (each only if the action mask allows it, `env.moves.plan_move`):
+
+1. an app missing or about to miss its target (slack < `urgent_slack`, the smallest slack first)
+   that holds less of some resource than the plan: UP on that resource (cores first, then LLC ways,
+   frequency, memory, disk: the order of PARTIES' wheels, Fig. 4);
+2. an app holding more of a resource than the plan: DOWN (the largest slack first), so that the
+   unit goes to the BE job or the idle pool, where the UP moves of step 3 take it from;
+3. any other app holding less than the plan: UP;
+4. otherwise HOLD.
+
+An UP move takes its unit from the idle pool or the BE job first (PARTIES Alg. 4), so steps 2-3
+move a unit between LC apps through the BE job without ever taking it from an LC app that needs
+it. In `per_app` action mode the teacher's label is this one move at its app's slot (HOLD
+elsewhere), the same as in single mode.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from env.config import ConfigError, resolve_config
+from env.controller import BaseController, ControllerContext
+from env.moves import adjust_network, plan_move
+from env.types import Allocation, Capabilities, Decision, Direction, Move, Observation, Resource
+
+if TYPE_CHECKING:
+    from baselines.oracle import OracleController, Plan
+
+ORDER = (Resource.CORE, Resource.CACHE, Resource.FREQ, Resource.MEM, Resource.DISK)  # Fig. 4's wheels
+
+
+@dataclass(frozen=True)
+class GuidedConfig:
+    """The teacher's one threshold: below this slack an app's UP moves come before any reclaim."""
+
+    urgent_slack: float = 0.05  # PARTIES Alg. 1's upsize threshold
+
+
+def units(alloc: Allocation, caps: Capabilities, app: str, res: Resource) -> float:
+    """How much of `res` the app holds, in move units (frequency: its level's index)."""
+    a = alloc[app]
+    if res is Resource.FREQ:
+        levels = caps.freq_levels_mhz
+        return float(levels.index(a.freq_mhz)) if a.freq_mhz in levels else float(len(levels) - 1)
+    field = {
+        Resource.CORE: "cores",
+        Resource.CACHE: "llc_ways",
+        Resource.MEM: "memory_gb",
+        Resource.DISK: "disk_mbps",
+    }
+    return float(getattr(a, field[res])) / caps.step(res)
+
+
+def gaps(cur: Allocation, target: Allocation, caps: Capabilities, app: str) -> dict[Resource, float]:
+    """Per resource the app's knob can move, target minus current, in move units."""
+    return {r: units(target, caps, app, r) - units(cur, caps, app, r) for r in ORDER if r in caps.knobs}
+
+
+def move_toward(
+    obs: Observation, caps: Capabilities, target: Allocation, cfg: GuidedConfig = GuidedConfig()
+) -> tuple[str, Move] | None:
+    """The one move that leads from the observation's allocation to `target` (module docstring);
+    None when there is none to make (HOLD)."""
+    cur = obs.allocation
+    slack = {s.name: (s.slack if math.isfinite(s.slack) else -math.inf) for s in obs.apps}
+    lc = [a.name for a in caps.lc_apps if a.name in cur and a.name in target]
+    g = {a: gaps(cur, target, caps, a) for a in lc}
+
+    def first(apps: list[str], direction: Direction) -> tuple[str, Move] | None:
+        for a in apps:
+            for r in ORDER:
+                d = g[a].get(r, 0.0)
+                if d > 0.5 if direction is Direction.UP else d < -0.5:
+                    m = Move.of(direction, r)
+                    if plan_move(obs, caps, a, m).feasible:
+                        return a, m
+        return None
+
+    by_need = sorted(lc, key=lambda a: slack.get(a, -math.inf))
+    urgent = [a for a in by_need if slack.get(a, -math.inf) < cfg.urgent_slack]
+    return (
+        first(urgent, Direction.UP)
+        or first(sorted(lc, key=lambda a: -slack.get(a, -math.inf)), Direction.DOWN)
+        or first(by_need, Direction.UP)
+    )
+
+
+class OracleGuidedController(BaseController):
+    """The Oracle's plan reached one PARTIES move per interval (module docstring)."""
+
+    name = "oracle-guided"
+
+    def __init__(self, oracle: OracleController, config: GuidedConfig | None = None) -> None:
+        super().__init__()
+        self.oracle = oracle
+        self.cfg = config or GuidedConfig()
+        self._start: Allocation | None = None
+
+    def _reset(self) -> None:
+        assert self.caps is not None and self.rng is not None
+        self.oracle.reset(self.caps, self.rng)
+        self._start = None
+
+    def plan_for(self, obs: Observation) -> Plan:
+        """The Oracle's plan for the loads ahead, planned from the episode's first allocation (so
+        that one plan per load vector serves every interval: the moves change the allocation)."""
+        if self._start is None:
+            self._start = obs.allocation
+        return self.oracle.plan_from(obs, self._start)
+
+    def _decide(self, obs: Observation) -> Decision:
+        plan = self.plan_for(obs)
+        caps = self.caps
+        assert caps is not None
+        step = move_toward(obs, caps, plan.allocation, self.cfg)
+        if step is None:
+            alloc, notes = adjust_network(obs, obs.allocation, caps)  # outside the moves (PARTIES Alg. 1)
+            reason = "oracle-guided: at the Oracle's plan (or no move leads there)"
+            if alloc == obs.allocation:
+                return Decision.hold(reason)
+            return Decision(alloc, reason=f"{reason}; {', '.join(notes)}", move=Move.HOLD)
+        app, move = step
+        planned = plan_move(obs, caps, app, move)
+        assert planned.allocation is not None  # move_toward returns feasible moves only
+        alloc, notes = adjust_network(obs, planned.allocation, caps)
+        return Decision(
+            alloc,
+            reason=f"oracle-guided: {move} for {app} toward the Oracle's plan (PARTIES Sec. 5.2.3)"
+            + (f"; {', '.join(notes)}" if notes else ""),
+            move=move,
+            app=app,
+        )
+
+
+def make(context: ControllerContext, arg: str | None = None) -> OracleGuidedController:
+    """Spec `oracle-guided[:CONFIG]` (needs_sim): the Oracle with `CONFIG` (a name in configs/baselines/
+    or a path; default `oracle-guided`: every interval within target, no lookahead), one move at a
+    time."""
+    from baselines import oracle
+
+    if context.scenario is None:
+        raise ConfigError("oracle-guided: needs the scenario (the Oracle plans with the simulator's model)")
+    path = resolve_config("baselines", arg or "oracle-guided")
+    return OracleGuidedController(
+        oracle.OracleController(context.scenario, context.seed, oracle.load_oracle_config(path))
+    )
