@@ -82,6 +82,7 @@ from env.features import (
 )
 from env.guards import GuardsConfig
 from env.gym_env import MAX_APP_SLOTS, N_APP_MOVES, ActionCodec, describe_move
+from env.moves import PRESSURE_FRAC, SPARE_FRAC
 from env.types import N_MOVES, Decision, Move, Observation
 
 ActionMode = Literal["single", "per_app"]
@@ -90,8 +91,6 @@ POLICY_VERSION = 1
 POLICY_FILE = "policy.pt"
 MAX_HIDDEN_UNITS = 4096  # the widest network a training config may ask for (ModelConfig)
 MASKED_LOGIT = float(torch.finfo(torch.float32).min)  # "-inf" for logits: exp() = 0, no NaN
-PRESSURE_FRAC = 0.9  # `pressure_mask`: share of its limit an app must use to be offered more of it
-SPARE_FRAC = 0.25  # `pressure_mask`: share of its limit an app must use less of to be offered less of it
 _APP_NAMES = [f.name for f in APP_FEATURES]
 PRESSURE_MOVES = (  # (move, the usage feature that must be >= PRESSURE_FRAC for it)
     (Move.UP_MEM, _APP_NAMES.index("memory_used")),

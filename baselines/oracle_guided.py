@@ -14,9 +14,11 @@ The move, in this order (each only if the action mask allows it, `env.moves.plan
 
 1. an app missing or about to miss its target (slack < `urgent_slack`, the smallest slack first)
    that holds less of some resource than the plan: UP on that resource (cores first, then LLC ways,
-   frequency, memory, disk: the order of PARTIES' wheels, Fig. 4);
-2. an app holding more of a resource than the plan: DOWN (the largest slack first), so that the
-   unit goes to the BE job or the idle pool, where the UP moves of step 3 take it from;
+   frequency, memory, disk: the order of PARTIES' wheels, Fig. 4; memory and disk only for an app
+   that uses what it has, `env.moves.PRESSURE_FRAC`, as the student's mask allows);
+2. an app holding more cores, LLC ways or frequency than the plan: DOWN (the largest slack first),
+   so that the unit goes to the BE job or the idle pool, where the UP moves of step 3 take it from
+   (memory and disk are not reclaimed: `RECLAIM`);
 3. any other app holding less than the plan: UP;
 4. otherwise HOLD.
 
@@ -34,13 +36,17 @@ from typing import TYPE_CHECKING
 
 from env.config import ConfigError, resolve_config
 from env.controller import BaseController, ControllerContext
-from env.moves import adjust_network, plan_move
+from env.moves import PRESSURE_FRAC, adjust_network, plan_move, storage_use
 from env.types import Allocation, Capabilities, Decision, Direction, Move, Observation, Resource
 
 if TYPE_CHECKING:
     from baselines.oracle import OracleController, Plan
 
 ORDER = (Resource.CORE, Resource.CACHE, Resource.FREQ, Resource.MEM, Resource.DISK)  # Fig. 4's wheels
+# reclaimed (DOWN) toward a plan: compute only. The BE job (PARTIES Sec. 5.1: compute and memory-
+# bandwidth microbenchmarks) gains nothing from an LC app's spare memory or disk bandwidth, and a
+# tighter memory limit risks page faults the plan's steady state does not see
+RECLAIM = (Resource.CORE, Resource.CACHE, Resource.FREQ)
 
 
 @dataclass(frozen=True)
@@ -82,9 +88,11 @@ def move_toward(
 
     def first(apps: list[str], direction: Direction) -> tuple[str, Move] | None:
         for a in apps:
-            for r in ORDER:
+            for r in ORDER if direction is Direction.UP else RECLAIM:
                 d = g[a].get(r, 0.0)
                 if d > 0.5 if direction is Direction.UP else d < -0.5:
+                    if r in (Resource.MEM, Resource.DISK) and storage_use(obs, cur, a, r) < PRESSURE_FRAC:
+                        continue  # more memory / disk helps only an app that uses what it has
                     m = Move.of(direction, r)
                     if plan_move(obs, caps, a, m).feasible:
                         return a, m

@@ -33,6 +33,25 @@ from env.types import (
 )
 
 MEM_VICTIM_MIN_SLACK_GB = 1.0  # PARTIES Sec. 4.2.4
+# Memory and disk bandwidth help an app only when it uses what it has (PARTIES Sec. 4.2.3: the storage
+# wheel is for an app whose memory is "almost saturated"): more of them is offered to an app using at
+# least PRESSURE_FRAC of its limit, less to one using under SPARE_FRAC
+PRESSURE_FRAC = 0.9
+SPARE_FRAC = 0.25
+
+
+def storage_use(obs: Observation, alloc: Allocation, app: str, res: Resource) -> float:
+    """The share of its memory limit / disk-bandwidth limit the app used in the last interval
+    (0 without a limit or a valid sample)."""
+    s = next((x for x in obs.apps if x.name == app), None)
+    if s is None or not s.valid:
+        return 0.0
+    used, limit = (
+        (s.usage.memory_gb, alloc[app].memory_gb)
+        if res is Resource.MEM
+        else (s.usage.disk_mbps, alloc[app].disk_mbps)
+    )
+    return used / limit if limit > 0 and math.isfinite(used) else 0.0
 
 
 @dataclass(frozen=True)

@@ -251,12 +251,19 @@ def make_controller(spec: str, context: ControllerContext) -> Controller:
     return entry.factory(context, arg)
 
 
+@dataclass(frozen=True)
+class SpecFactory:
+    """Builds the controller of `spec` for any context (a `ControllerFactory`); picklable, so that
+    worker processes can build it too (the warm start's parallel teacher episodes)."""
+
+    spec: str
+
+    def __call__(self, context: ControllerContext, arg: str | None = None) -> Controller:
+        return make_controller(self.spec, context)
+
+
 def factory_of(spec: str) -> ControllerFactory:
     """The factory that builds `spec` for any context (e.g. a teacher controller built afresh for
     each training episode's node); the spec is checked now, the controller built on each call."""
     parse_spec(spec)
-
-    def build(context: ControllerContext, arg: str | None = None) -> Controller:
-        return make_controller(spec, context)
-
-    return build
+    return SpecFactory(spec)

@@ -238,7 +238,7 @@ class WarmStartConfig:
     weighted by `value_weight`: the discounted returns). Then `dagger_rounds` DAgger rounds of
     `episodes` episodes each, the network acting in a `dagger_student_frac` share of the intervals
     and the teacher labelling them all, each followed by `epochs` passes over every label so far.
-    PPO only."""
+    `workers` processes drive the episodes. PPO only."""
 
     teacher: str | None = None
     episodes: int = 40
@@ -248,10 +248,16 @@ class WarmStartConfig:
     value_weight: float = 0.5
     dagger_rounds: int = 0
     dagger_student_frac: float = 0.5
+    workers: int = 1  # processes driving the teacher's episodes (the same labels as one)
 
     def __post_init__(self) -> None:
         require_positive(
-            "warm_start", episodes=self.episodes, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr
+            "warm_start",
+            episodes=self.episodes,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            workers=self.workers,
         )
         if self.value_weight < 0:
             raise ConfigError("warm_start.value_weight must be >= 0")

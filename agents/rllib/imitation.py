@@ -36,7 +36,9 @@ kickstarting).
 
 from __future__ import annotations
 
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,57 +131,88 @@ def collect_demonstrations(
     """The teacher's labels on `warm.episodes` training episodes (module docstring): driven by the
     teacher, or, with a `student`, by the student's greedy action with probability `student_frac`
     at each interval (DAgger). `make_teacher(context, None)` builds the teacher for each episode's
-    simulated node (the caller binds the spec, e.g. `warm.teacher` through the controller registry)."""
+    simulated node (the caller binds the spec, e.g. `warm.teacher` through the controller registry;
+    it must pickle when `warm.workers` > 1). Episodes are independent (episode k: seed + k, its
+    own coin for the student), so `warm.workers` processes give the same labels as one."""
+    student_state = None if student is None else (student.spec, student.state_dict())
+    tasks = [
+        (config, gamma, seed, ep, make_teacher, student_state, student_frac) for ep in range(warm.episodes)
+    ]
+    if warm.workers <= 1 or len(tasks) <= 1:
+        parts = [_episode(t) for t in tasks]
+    else:
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: the driver runs Ray's threads
+        with ProcessPoolExecutor(max_workers=warm.workers, mp_context=ctx) as ex:
+            parts = list(ex.map(_episode, tasks))
+    return Demonstrations(
+        np.concatenate([p[0] for p in parts]).astype(np.float32),
+        np.concatenate([p[1] for p in parts]).astype(np.float32),
+        np.concatenate([p[2] for p in parts]).astype(np.int64),
+        np.concatenate([p[3] for p in parts]).astype(bool),
+        np.concatenate([p[4] for p in parts]),
+        int(sum(p[5] for p in parts)),
+        warm.episodes,
+    )
+
+
+_EpisodeTask = tuple[TrainConfig, float, int, int, ControllerFactory, tuple | None, float]
+
+
+def _episode(task: _EpisodeTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """One teacher-labelled episode: (features, masks, labels, expressible, returns, moves)."""
     from env.sim.node import SimNode  # the simulator loads numba kernels: import on first use
 
+    config, gamma, seed, ep, make_teacher, student_state, student_frac = task
+    student = None
+    if student_state is not None:
+        student = ColocNet(student_state[0])
+        student.load_state_dict(student_state[1])
+        student.eval()
     env = make_scalar_env(training_env_config(config))
     node_env = env.unwrapped
     assert isinstance(node_env, NodeEnv)  # make_scalar_env wraps a NodeEnv
     codec: ActionCodec = node_env.codec
     spec = config.net_spec()
-    feats, masks, acts, rets, expressible = [], [], [], [], []
+    feats, masks, acts, expressible = [], [], [], []
+    rewards: list[float] = []
     moves = 0
-    coin = np.random.default_rng([seed, 2])
-    for ep in range(warm.episodes):
-        obs, _ = env.reset(seed=seed + ep)
-        caps, sim = node_env.capabilities, node_env.node
-        assert caps is not None  # set by reset()
-        assert isinstance(sim, SimNode)  # training envs run in simulation
-        teacher = make_teacher(ControllerContext(caps, sim.scenario, sim, seed + ep), None)
-        teacher.reset(caps, np.random.default_rng([seed + ep, 1]))
-        rewards: list[float] = []
-        done = False
-        while not done:
-            raw = node_env.observation
-            assert raw is not None  # set by reset() and step()
-            allowed = obs["action_mask"]
-            if spec.pressure_mask:  # the moves the network may take (agents.policy.pressure_mask)
-                x = torch.as_tensor(obs["observations"])
-                allowed = allowed * pressure_mask(x, spec.max_apps, spec.action_mode).numpy()
-            action, ok = label(teacher.decide(raw), raw, caps, codec, allowed)
-            expressible.append(ok)
-            moves += bool(np.any(action))
-            feats.append(obs["observations"])
-            masks.append(allowed)
-            acts.append(action)
-            if student is not None and coin.random() < student_frac:
-                with one_thread(), torch.no_grad():
-                    x = torch.as_tensor(obs["observations"])[None]
-                    m = torch.as_tensor(obs["action_mask"], dtype=torch.float32).reshape(1, -1)
-                    action = student.greedy(x, m)[0].numpy()
-            obs, reward, term, trunc, _ = env.step(action)
-            rewards.append(float(reward))
-            done = term or trunc
-        rets.append(discounted(rewards, gamma))
+    coin = np.random.default_rng([seed, 2, ep])
+    obs, _ = env.reset(seed=seed + ep)
+    caps, sim = node_env.capabilities, node_env.node
+    assert caps is not None  # set by reset()
+    assert isinstance(sim, SimNode)  # training envs run in simulation
+    teacher = make_teacher(ControllerContext(caps, sim.scenario, sim, seed + ep), None)
+    teacher.reset(caps, np.random.default_rng([seed + ep, 1]))
+    done = False
+    while not done:
+        raw = node_env.observation
+        assert raw is not None  # set by reset() and step()
+        allowed = obs["action_mask"]
+        if spec.pressure_mask:  # the moves the network may take (agents.policy.pressure_mask)
+            x = torch.as_tensor(obs["observations"])
+            allowed = allowed * pressure_mask(x, spec.max_apps, spec.action_mode).numpy()
+        action, ok = label(teacher.decide(raw), raw, caps, codec, allowed)
+        expressible.append(ok)
+        moves += bool(np.any(action))
+        feats.append(obs["observations"])
+        masks.append(allowed)
+        acts.append(action)
+        if student is not None and coin.random() < student_frac:
+            with one_thread(), torch.no_grad():
+                x = torch.as_tensor(obs["observations"])[None]
+                m = torch.as_tensor(obs["action_mask"], dtype=torch.float32).reshape(1, -1)
+                action = student.greedy(x, m)[0].numpy()
+        obs, reward, term, trunc, _ = env.step(action)
+        rewards.append(float(reward))
+        done = term or trunc
     env.close()
-    return Demonstrations(
+    return (
         np.asarray(feats, dtype=np.float32),
         np.asarray(masks, dtype=np.float32),
         np.asarray(acts, dtype=np.int64),
         np.asarray(expressible, dtype=bool),
-        np.concatenate(rets),
+        discounted(rewards, gamma),
         moves,
-        warm.episodes,
     )
 
 

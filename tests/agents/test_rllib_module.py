@@ -511,3 +511,19 @@ def test_labels_the_policy_cannot_express_are_not_imitated():
     pretrain(net, unexpressible, config.warm_start, seed=0)
     for k, v in net.state_dict().items():
         torch.testing.assert_close(v, before[k])  # nothing to imitate, no critic: no change
+
+
+def test_parallel_teacher_episodes_give_the_labels_one_process_gives():
+    from agents.rllib.imitation import collect_demonstrations
+
+    one = _tiny_warm_config()
+    two = _tiny_warm_config("warm_start.workers=2")
+    a = collect_demonstrations(one, one.warm_start, 0.95, 3, factory_of(one.warm_start.teacher))
+    b = collect_demonstrations(two, two.warm_start, 0.95, 3, factory_of(two.warm_start.teacher))
+    assert a.moves == b.moves > 0 and a.episodes == b.episodes == 2
+    for x, y in zip(
+        (a.features, a.masks, a.actions, a.expressible, a.returns),
+        (b.features, b.masks, b.actions, b.expressible, b.returns),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(x, y)
