@@ -93,11 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="controllers x scenario x seeds -> summary table",
         description="Run every controller on one scenario for --seeds seeds. Writes summary.json "
-        "({scenario, results: [{controller, seed, qos_guarantee, mean_tardiness, lc_emu, emu, "
-        "be_throughput, convergence_s, violations, decide_ms_p50, decide_ms_p99}]}), summary.md "
-        "(mean ± std over seeds), compare.png, runs/<controller>-seed<k>.jsonl and config.yaml. "
-        "Metrics are defined in env/metrics.py; lc_emu is the aggregate load if sustained, else 0, "
-        "and null when the scenario's load varies.",
+        "({scenario, results: [{controller, seed, qos_guarantee, window_sustained, window_tail_ratio, "
+        "window_per_app, mean_tardiness, lc_emu, emu, be_throughput, convergence_s, violations, "
+        "decide_ms_p50, decide_ms_p99, ...}]}), summary.md (mean ± std over seeds), compare.png, "
+        "runs/<controller>-seed<k>.jsonl and config.yaml. Metrics are defined in env/metrics.py: the "
+        "window verdict (every app's p99 over all requests of the measured window meets its target, "
+        "PARTIES Sec. 5.1) and the per-interval QoS guarantee; lc_emu is the aggregate load if "
+        "sustained, else 0, and null when the scenario's load varies.",
         epilog=specs_help(),
         formatter_class=fmt,
     )

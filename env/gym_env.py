@@ -80,11 +80,14 @@ class EnvConfig:
         if self.episode_intervals is not None and self.episode_intervals < 1:
             raise ConfigError(f"env.episode_intervals must be >= 1 (or null), got {self.episode_intervals}")
         s = self.sampler
-        if s is not None and s.mix_max > self.max_apps:
-            if s.min_apps > self.max_apps:
-                raise ConfigError(f"env.sampler.min_apps={s.min_apps} exceeds env.max_apps={self.max_apps}")
+        if s is not None:
+            for x in (s, *(a.sampler for a in s.also)):
+                if x.min_apps > self.max_apps:
+                    raise ConfigError(
+                        f"env.sampler.min_apps={x.min_apps} exceeds env.max_apps={self.max_apps}"
+                    )
             # the sampler never draws more apps than the spaces hold (the resolved config says so)
-            object.__setattr__(self, "sampler", dataclasses.replace(s, max_apps=self.max_apps))
+            object.__setattr__(self, "sampler", s.capped(self.max_apps))
 
     def for_simulation(self) -> EnvConfig:
         """This config, with the default scenario sampler if it names neither scenario nor sampler."""

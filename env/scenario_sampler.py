@@ -12,6 +12,11 @@
 3. the BE jobs with probability `be_probability` (none otherwise, so the policy also learns a
    node where DOWN moves leave resources idle), and a duration uniform in `duration_s`.
 
+`also` adds other kinds of node: each `AlsoDraw` is drawn instead, with its `probability`, by its
+own sampler config (its platform, apps, BE jobs, loads), so one policy learns nodes of different
+sizes (e.g. the Q-PRM thesis' 9-core node, Sec. 6.1, beside PARTIES' 14 cores). A config without
+`also` draws exactly what it drew before.
+
 Trace shapes, with peak p, trough b = p * U(0.2, 0.8) and episode length D:
 
 | kind       | shape                                                                     |
@@ -31,6 +36,7 @@ Everything is drawn from the injected `numpy.random.Generator`: same generator s
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +89,7 @@ class SamplerConfig:
     duration_s: tuple[float, float] = (60.0, 180.0)
     platform: str = "parties"
     exclude_heldout: bool = True
+    also: tuple[AlsoDraw, ...] = ()  # other node kinds, drawn instead with their probabilities
 
     def __post_init__(self) -> None:
         where = "sampler"
@@ -112,11 +119,33 @@ class SamplerConfig:
         lo, hi = self.duration_s
         if not (0 < lo <= hi):
             raise ConfigError(f"{where}.duration_s: need 0 < low <= high, got {self.duration_s}")
+        if sum(a.probability for a in self.also) > 1.0:
+            raise ConfigError(f"{where}.also: the probabilities add up to more than 1")
 
     @property
     def mix_max(self) -> int:
-        """The largest mix drawn."""
+        """The largest mix drawn (here; an `also` draw may draw larger ones)."""
         return len(self.apps) if self.max_apps is None else self.max_apps
+
+    def capped(self, max_apps: int) -> SamplerConfig:
+        """This config with no mix, its own or an `also` draw's, larger than `max_apps`."""
+        also = tuple(dataclasses.replace(a, sampler=a.sampler.capped(max_apps)) for a in self.also)
+        mine = self.max_apps if self.mix_max <= max_apps else max_apps
+        return dataclasses.replace(self, max_apps=mine, also=also)
+
+
+@dataclass(frozen=True)
+class AlsoDraw:
+    """Another kind of node a `SamplerConfig` draws, with `probability`, from `sampler`."""
+
+    probability: float
+    sampler: SamplerConfig
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.probability <= 1.0):
+            raise ConfigError("sampler.also[].probability must be in (0, 1]")
+        if self.sampler.also:
+            raise ConfigError("sampler.also[].sampler: no nested `also`")
 
 
 class ScenarioSampler:
@@ -135,17 +164,25 @@ class ScenarioSampler:
                 self.mixes[n] = mixes
         if not self.mixes:
             raise ConfigError("sampler: every mix of the allowed sizes is held out")
+        self.also = [(a.probability, ScenarioSampler(a.sampler, heldout)) for a in c.also]
 
     @property
     def max_be_components(self) -> int:
         """Kernel components the BE jobs need at most (sizes the batched simulator)."""
-        return sum(
+        own = sum(
             len(p.classes)
             for p in (load_profile(b) for b in self.config.be_jobs)
             if isinstance(p, BatchProfile)
         )
+        return max([own] + [s.max_be_components for _, s in self.also])
 
     def sample(self, rng: np.random.Generator) -> Scenario:
+        if self.also:
+            u = float(rng.random())
+            for probability, other in self.also:
+                if u < probability:
+                    return other.sample(rng)
+                u -= probability
         c = self.config
         sizes = sorted(self.mixes)
         n = sizes[int(rng.integers(len(sizes)))]

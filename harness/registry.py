@@ -156,7 +156,7 @@ REGISTRY: dict[str, Entry] = {
     ),
     "oracle": Entry(
         _oracle,
-        "best static allocation with full knowledge of the simulator (PARTIES Fig. 8)",
+        "best allocation per load step, with full knowledge of the simulator (PARTIES Fig. 8)",
         arg="CONFIG",
         optional_arg=True,
         needs_sim=True,

@@ -12,6 +12,7 @@ from env.scenario_sampler import (
     HELDOUT_MIXES,
     SHIPPED_LC_APPS,
     TRACE_KINDS,
+    AlsoDraw,
     SamplerConfig,
     ScenarioSampler,
     is_heldout,
@@ -114,3 +115,49 @@ def test_bad_config_is_refused_with_a_clear_message(fields, match):
 def test_a_sampler_with_only_heldout_mixes_is_refused():
     with pytest.raises(ConfigError, match="held out"):
         ScenarioSampler(SamplerConfig(apps=("memcached", "xapian"), min_apps=2, max_apps=2))
+
+
+QPRM_NODE = SamplerConfig(
+    apps=("memcached_qprm",), be_jobs=("be_fotonik",), platform="qprm", load_min=0.3, load_max=1.0
+)
+
+
+def test_also_draws_other_nodes_with_their_probability_and_keeps_old_draws_without_it():
+    plain = ScenarioSampler()
+    mixed = ScenarioSampler(SamplerConfig(also=(AlsoDraw(0.25, QPRM_NODE),)))
+    rng = np.random.default_rng(1)
+    drawn = [mixed.sample(rng) for _ in range(400)]
+    qprm = [s for s in drawn if s.platform == "qprm"]
+    assert 0.18 < len(qprm) / len(drawn) < 0.32
+    assert all(s.app_names == ("memcached_qprm",) and s.be in ((), ("be_fotonik",)) for s in qprm)
+    assert all(
+        s.platform == "parties" and "memcached_qprm" not in s.app_names for s in drawn if s not in qprm
+    )
+    peaks = [
+        s.traces[0].build(np.random.default_rng(0)).values(np.linspace(0, s.duration_s, 50)).max()
+        for s in qprm
+    ]
+    assert max(peaks) > 0.9 and min(peaks) >= 0.3 * 0.2  # load_max 1.0 reached; troughs >= 0.2 x load_min
+    a, b = np.random.default_rng(3), np.random.default_rng(3)
+    assert [plain.sample(a).name for _ in range(20)] == [
+        ScenarioSampler(SamplerConfig()).sample(b).name for _ in range(20)
+    ]
+    assert mixed.max_be_components >= plain.max_be_components
+
+
+@pytest.mark.parametrize(
+    ("also", "match"),
+    [
+        ((AlsoDraw(0.7, QPRM_NODE), AlsoDraw(0.5, QPRM_NODE)), "more than 1"),
+    ],
+)
+def test_also_probabilities_are_checked(also, match):
+    with pytest.raises(ConfigError, match=match):
+        SamplerConfig(also=also)
+
+
+def test_an_also_draw_with_a_bad_probability_or_nested_also_is_refused():
+    with pytest.raises(ConfigError, match="probability"):
+        AlsoDraw(0.0, QPRM_NODE)
+    with pytest.raises(ConfigError, match="nested"):
+        AlsoDraw(0.1, SamplerConfig(also=(AlsoDraw(0.1, QPRM_NODE),)))

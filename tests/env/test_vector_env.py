@@ -163,3 +163,21 @@ def test_vector_action_mask_wrapper_batches_dict_observations():
     np.testing.assert_array_equal(obs["action_mask"], info["action_mask"].reshape(2, -1).astype(np.float32))
     obs, *_ = vec.step(vec.action_space.sample())
     assert obs in vec.observation_space
+
+
+def test_one_batch_steps_nodes_of_different_platforms_and_intervals():
+    from env.scenario_sampler import AlsoDraw, SamplerConfig
+
+    qprm = SamplerConfig(apps=("memcached_qprm",), be_jobs=("be_fotonik",), platform="qprm")
+    vec = NodeVectorEnv(6, EnvConfig(max_apps=6, sampler=SamplerConfig(also=(AlsoDraw(0.5, qprm),))))
+    _, info = vec.reset(seed=2)
+    kinds = ["qprm" if "memcached_qprm" in name else "parties" for name in info["scenario"]]
+    assert set(kinds) == {"qprm", "parties"}
+    cores = {"qprm": 9, "parties": 14}
+    for _ in range(10):
+        x, r, _, _, info = vec.step(np.zeros(6, dtype=np.int64))
+        assert x in vec.observation_space and np.all(np.isfinite(r))
+    for i, kind in enumerate(kinds):
+        caps = vec.capabilities(i)
+        assert caps is not None and caps.cores == cores[kind]
+        assert vec.observations()[i].time_s == pytest.approx(11 * caps.interval_s)  # 1 s vs 500 ms intervals
