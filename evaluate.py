@@ -9,6 +9,8 @@ Subcommands (each has --help):
   maxload    PARTIES Sec. 5 protocol: max sustained load heatmaps (Fig. 5/6/8) and, with --mixes,
              LC EMU by mix size (Fig. 7 violins)
   timeline   per-interval latency/target, allocations and BE throughput over time (Fig. 9)
+  affordable CoCo Fig. 2: each controller's affordable load (every container at r x its
+             no-interference load), per container and together, and the ratios between controllers
   calibrate  the papers' tables reproduced in the simulator (env.sim.calibration)
   bench      simulator speed and serve.py's loop overhead (env.sim.bench, harness.serving)
 
@@ -38,6 +40,7 @@ from pathlib import Path
 
 from env import metrics as M
 from env.config import run_cli
+from harness.affordable import DEFAULT_CONTROLLERS, run_affordable
 from harness.argtypes import count, non_negative, positive, positive_int
 from harness.bench import run_bench
 from harness.calibrate import run_calibrate
@@ -176,6 +179,54 @@ def build_parser() -> argparse.ArgumentParser:
         "target (PARTIES Sec. 5.1, default); intervals = >= 95%% of the measured intervals meet every target",
     )
 
+    af = sub.add_parser(
+        "affordable",
+        help="CoCo Fig. 2: affordable load normalised to no interference, per controller",
+        description="CoCo Sec. 4.2 / Fig. 2 (harness.affordable): every container of --scenario runs at "
+        "r x its SL_full (the load it sustains alone on its cores with the full LLC and MBA, by CoCo's "
+        "profile); for each controller, the largest r of the --loads grid at which every container's "
+        "p99 over the measured window meets its target in every seed (--verdict window; intervals = "
+        ">= 95%% of intervals), and per container the largest r at which it alone meets its target. "
+        "Binary search over the grid. Writes summary.json ({sl_full, results: {controller: "
+        "{affordable_pct, per_app_pct, capped, points}}, ratios: {'a/b': {affordable, per_app, "
+        "per_app_range}}}), summary.md, affordable.png and config.yaml.",
+        epilog=specs_help(),
+        formatter_class=fmt,
+    )
+    af.add_argument(
+        "--scenario",
+        default="coco-fig2",
+        help="scenario YAML file or name in configs/scenarios/ (default coco-fig2; its loads are replaced)",
+    )
+    af.add_argument(
+        "--controllers",
+        default=DEFAULT_CONTROLLERS,
+        help=f"comma-separated controller specs (default {DEFAULT_CONTROLLERS})",
+    )
+    af.add_argument(
+        "--out", required=True, help="output directory (created; must not exist unless --overwrite)"
+    )
+    af.add_argument("--workers", type=positive_int, default=2, help="parallel processes (default 2)")
+    af.add_argument(
+        "--guards", metavar="FILE", help="guard chain YAML; default: clamp only, as in evaluation"
+    )
+    af.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    af.add_argument("--loads", help="r grid in %% of SL_full, increasing (default 2.5,5,...,100)")
+    af.add_argument("--seeds", type=positive_int, default=1, help="seeds per load point (default 1)")
+    af.add_argument(
+        "--warmup-s", type=non_negative, default=M.WARMUP_S, help="warm-up per point (default 30)"
+    )
+    af.add_argument(
+        "--measure-s", type=positive, default=M.MEASURE_S, help="measured window per point (default 60)"
+    )
+    af.add_argument(
+        "--verdict",
+        choices=M.VERDICTS,
+        default="window",
+        help="window = every container's p99 over the measured window meets its target (default); "
+        "intervals = >= 95%% of the measured intervals meet it",
+    )
+
     cal = sub.add_parser(
         "calibrate",
         help="reproduce the papers' tables in the simulator (PARTIES Tables 2 and 4, CoCo Table 1, facts)",
@@ -261,6 +312,21 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
             seed=args.seed,
             platform=args.platform,
             be=args.be,
+            warmup_s=args.warmup_s,
+            measure_s=args.measure_s,
+            verdict=args.verdict,
+            guards=args.guards,
+            workers=args.workers,
+            overwrite=args.overwrite,
+            argv=argv,
+        )
+    elif args.command == "affordable":
+        run_affordable(
+            scenario=args.scenario,
+            controllers=args.controllers,
+            out=Path(args.out),
+            loads=args.loads,
+            seeds=args.seeds,
             warmup_s=args.warmup_s,
             measure_s=args.measure_s,
             verdict=args.verdict,

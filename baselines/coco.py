@@ -33,36 +33,48 @@ Rules and where they come from:
    background (BE) jobs; the others have increasing ways and MBA. The default is the Fig. 2 setup: the
    reserved CLOS 2 ways / 10%, LC CLOSes 3/10%, 6/30%, 9/50% (the 3-6-9 bits of Fig. 1). CLOS 0 is the
    reserved one, LC CLOSes are 1..K in increasing capacity.
-3. **MQ-WRR** (Sec. 3.2, Eq. 2): each LC CLOS is a queue with a wait queue and a singleton working set.
+3. **MQ-WRR** (Sec. 3.2, Eq. 2): each LC CLOS is a queue with a wait queue and a working set.
    CoCo time-shares each CLOS among the N admitted workloads with weight_i = slowdown_i(S) / sum_k
-   slowdown_k(S) at that CLOS's state S. Slices are scheduled by smooth weighted round-robin, one
-   queue level at a time from the largest CLOS down ("preference to workloads with high slowdown
-   values"): in each slice every workload not yet placed accrues its weight as credit, the highest
-   credit wins the working set and pays the credit accrued in that round (so no workload starves).
+   slowdown_k(S) at that CLOS's member state S (choice a). Slices are scheduled by smooth weighted
+   round-robin, one queue level at a time from the largest CLOS down ("preference to workloads with
+   high slowdown values"): in each slice every workload not yet placed accrues its weight as credit,
+   the highest credits win the working set's places and pay the credit accrued in that round (so no
+   workload starves), among the workloads that rule 6 lets run there.
 4. **CAT and MBA move together** (Sec. 3.3): the CLOS configuration must be monotone, never more
    ways with less MBA (`coordinate_cat_mba`; a conflicting configuration is refused at load time),
    and a workload always moves with both of its CLOS's settings (a CLOS is the unit of migration).
 5. **Cache flush after a CLOS migration** (Sec. 3.3): CoCo flushes the original partition after each
    change; the simulator flushes an app's LLC occupancy whenever its CLOS changes (env.sim.model
    A_FLUSH), so the app warms up again. The controller counts migrations (`migrations`, in reasons).
-6. **Admission control** (Sec. 3.2): "if no schedule can meet all SLOs, admission control will kick in
-   to keep only affordable workloads". At each slice CoCo checks each admitted workload's offered load
-   (observed rps) against what its share of the schedule affords by its profile: sum over the CLOS
-   states it visits (the reserved one included) of time share x SL_S. While some workload does not
-   fit, the one with the largest load / affordable ratio is rejected, and the schedule is recomputed
-   for the others. A rejected workload cannot be removed from a node by its manager: it stays in the
+6. **Admission control** (Sec. 3.2): CoCo schedules "without violating SLOs in the runtime" and "if
+   no schedule can meet all SLOs, admission control will kick in to keep only affordable workloads".
+   A slice lasts 500 ms or more while the SLOs are sub-millisecond to 300 ms p99s, so a slice in a
+   CLOS whose state cannot serve a workload's load is a violation: capacity does not average over
+   slices (a backlog built in one slice delays nearly every request of it). So at each slice a
+   workload is eligible for the LC CLOSes whose member state sustains its offered load (observed
+   rps <= SL_S by its profile), MQ-WRR places it only there, and while the admitted workloads cannot
+   all be placed in eligible CLOSes the one whose load exceeds most what the largest CLOS sustains is
+   rejected. A rejected workload cannot be removed from a node by its manager: it runs in the
    reserved CLOS, unscheduled, and is named in `Decision.signals["admission_reject"]` (as PARTIES
    signals a migration); it is re-admitted when it fits again.
 
 Ambiguities resolved (each also noted at the code):
 
-a. Where waiting containers run. LC services cannot stop serving, so a container in a wait queue
-   (not in any working set) runs in the reserved CLOS with the background jobs; entering a working set
-   is a CLOS migration. The working set is always a singleton (the paper's usual case).
+a. Where containers run. Sec. 3.2 reserves one CLOS for CoCo and background jobs and keeps "all
+   other CLOSs ... for scheduling of co-located LC workloads"; the authors' prototype
+   (github.com/James-QiuHaoran/CoCo, scheduler/scheduler.c: "clos0 is the common pool, clos1 clos2
+   clos3 are clos to be scheduled on") never puts a container in the pool. LC services cannot stop
+   serving, so every admitted container is in some LC CLOS's working set in every slice: singletons
+   when N <= K, else working sets of N // K or N // K + 1 ("usually singleton ... but it can also
+   serve two containers"), the larger CLOSes taking the extra. Its state S_i = (l_i, m_i) of Eq. 1
+   ("the LLC ways and MBA levels allocated to the workload") is then the CLOS's MBA level and its
+   ways split among the working set (`member_state`). Only rejected workloads (rule 6) run in the
+   reserved CLOS. Moving between working sets is a CLOS migration.
 b. Slice length. The simulator applies allocations per 500 ms interval, so a slice is
-   `slice_intervals` intervals (default 1, the finest possible); the paper gives no slice length.
-   Since QoS is judged per 500 ms interval, an interval spent in a CLOS where the workload cannot
-   meet its SLO is a violation: time-sharing cannot average capacity inside an interval here.
+   `slice_intervals` intervals (default 1, the finest possible); the paper gives no slice length (the
+   authors' prototype sleeps a whole number of seconds per slice). Since the window p99 counts every
+   request, an interval spent in a CLOS where the workload cannot meet its SLO shows in it: rule 6
+   keeps workloads out of such CLOSes.
 c. Cores, frequency, memory, disk, network: CoCo manages LLC and MBA only. Each LC app is pinned to its
    own cores (Sec. 4.1: "we pin each co-located workload to a set of cores"), `cores_per_app` each
    (default: an equal split); BE jobs get the rest. Frequency is left to the governor (the top level)
@@ -73,9 +85,10 @@ d. CLOS configuration is static (from the YAML): the paper gives no rule mapping
    LC CLOSes that fit are used.
 e. A state where the workload cannot meet its SLO at any load has an infinite slowdown; it is capped at
    `max_slowdown` so that Eq. 2 stays defined.
-f. Round-robin ([30]) rotates the admitted-order list by one workload per slice over the LC CLOSes
-   (largest first), so each workload visits every CLOS and the reserved one in turn; no profile, no
-   admission control.
+f. Round-robin ([30]) fills the same working-set places from the admitted-order list rotated by one
+   working set per slice, so every container moves to the next LC CLOS each slice with the same
+   companions (the authors' prototype rotates every container's CLOS id by one per slice) and
+   visits every LC CLOS; no profile, no admission control.
 """
 
 from __future__ import annotations
@@ -488,6 +501,36 @@ def eq2_weights(slowdowns: dict[str, float]) -> dict[str, float]:
     return {k: v / total for k, v in slowdowns.items()} if total > 0 else {}
 
 
+def working_set_sizes(n_apps: int, n_closes: int) -> dict[int, int]:
+    """Working-set size of each LC CLOS 1..K (choice a): every admitted workload is in one LC CLOS's
+    working set in every slice, so with N <= K they are singletons in the N largest CLOSes, and with
+    N > K each holds N // K or N // K + 1 (the larger ones the extra: Sec. 3.2 "usually singleton ...
+    but it can also serve two containers")."""
+    if n_closes < 1:
+        return {}
+    base, extra = divmod(n_apps, n_closes)
+    return {c: base + (1 if c > n_closes - extra else 0) for c in range(1, n_closes + 1)}
+
+
+def assignable(apps: list[str], eligible: dict[str, set[int]], slots: dict[int, int]) -> bool:
+    """Can every app of `apps` be put in a CLOS it is eligible for without exceeding `slots`? (A
+    bipartite matching of apps to working-set places, by augmenting paths.)"""
+    places = [c for c, n in sorted(slots.items()) for _ in range(n)]
+    owner: list[str | None] = [None] * len(places)
+
+    def augment(a: str, seen: set[int]) -> bool:
+        for j, c in enumerate(places):
+            if c in eligible.get(a, set()) and j not in seen:
+                seen.add(j)
+                o = owner[j]
+                if o is None or augment(o, seen):
+                    owner[j] = a
+                    return True
+        return False
+
+    return all(augment(a, set()) for a in apps)
+
+
 @dataclass
 class Mqwrr:
     """Smooth weighted round-robin over several queue levels (rule 3). `weights[c][app]` is the
@@ -500,43 +543,73 @@ class Mqwrr:
         for c, w in self.weights.items():
             self.credits.setdefault(c, dict.fromkeys(w, 0.0))
 
-    def next_slice(self, apps: list[str]) -> dict[str, int]:
-        """Working sets of the next slice: {app: LC CLOS}, largest CLOS first; each app at most one
-        CLOS; ties go to the app listed first. Apps not returned wait (reserved CLOS)."""
+    def next_slice(self, apps: list[str], eligible: dict[str, set[int]] | None = None) -> dict[str, int]:
+        """Working sets of the next slice: {app: LC CLOS}, every app of `apps` in exactly one CLOS
+        (sizes from `working_set_sizes`), filled largest CLOS first. In each CLOS every candidate
+        accrues its weight as credit, the highest credits win its places and together pay the credit
+        accrued in that round (so no workload starves); ties go to the app listed first.
+        `eligible[app]` restricts an app to the CLOSes whose state sustains its load (rule 6); a
+        candidate is taken only if the others can still all be placed where they are eligible."""
+        closes = sorted(self.weights, reverse=True)
+        slots = working_set_sizes(len(apps), len(closes))
+        elig = eligible if eligible is not None else {a: set(closes) for a in apps}
         out: dict[str, int] = {}
-        for c in sorted(self.weights, reverse=True):
-            free = [a for a in apps if a not in out and a in self.weights[c]]
-            if not free:
+        for c in closes:
+            cand = [a for a in apps if a not in out and c in elig[a] and a in self.weights[c]]
+            if not cand:
                 continue
             cr = self.credits[c]
             accrued = 0.0
-            for a in free:
+            for a in cand:
                 cr[a] = cr.get(a, 0.0) + self.weights[c][a]
                 accrued += self.weights[c][a]
-            win = max(free, key=lambda a: cr[a])  # first max: listed order breaks ties
-            cr[win] -= accrued
-            out[win] = c
+            taken: list[str] = []
+            while len(taken) < slots[c]:
+                left = {
+                    d: (n if d < c else slots[c] - len(taken) - 1 if d == c else 0) for d, n in slots.items()
+                }
+                ok = [
+                    a
+                    for a in cand
+                    if a not in taken
+                    and assignable(
+                        [x for x in apps if x not in out and x not in taken and x != a], elig, left
+                    )
+                ]
+                if not ok:
+                    break
+                taken.append(max(ok, key=lambda x: cr[x]))  # first max: listed order breaks ties
+            if len(taken) < slots[c]:  # no feasible completion: fill by credit alone
+                taken += [a for a in sorted(cand, key=lambda x: -cr[x]) if a not in taken][
+                    : slots[c] - len(taken)
+                ]
+            for a in taken:
+                cr[a] -= accrued / len(taken)
+                out[a] = c
+        for a in apps:  # none eligible anywhere left (only without a feasible schedule): smallest CLOS
+            out.setdefault(a, min(closes))
         return out
 
     def shares(self, apps: list[str], slices: int) -> dict[str, dict[int, float]]:
-        """Long-run time share of each app in each LC CLOS (and RESERVED_CLOS), by running a copy of
-        the scheduler for `slices` slices (used by admission control)."""
+        """Long-run time share of each app in each LC CLOS, by running a copy of the scheduler for
+        `slices` slices."""
         twin = Mqwrr(self.weights, {c: dict(v) for c, v in self.credits.items()})
-        count = {a: dict.fromkeys([RESERVED_CLOS, *self.weights], 0) for a in apps}
+        count = {a: dict.fromkeys(self.weights, 0) for a in apps}
         for _ in range(slices):
-            placed = twin.next_slice(apps)
-            for a in apps:
-                count[a][placed.get(a, RESERVED_CLOS)] += 1
+            for a, c in twin.next_slice(apps).items():
+                count[a][c] += 1
         return {a: {c: n / slices for c, n in v.items()} for a, v in count.items()}
 
 
 def round_robin(apps: list[str], n_closes: int, pointer: int) -> dict[str, int]:
-    """Choice f: slice k puts apps[(k + j) mod N] in LC CLOS K - j (largest first), j < min(K, N)."""
-    out: dict[str, int] = {}
+    """Choice f: the working-set places, largest CLOS first (`working_set_sizes`), are filled by
+    `apps` rotated by `pointer` places; the controller advances the pointer by one working set per
+    slice, so every app moves to the next LC CLOS each slice with the same companions (the authors'
+    prototype: every container's CLOS id + 1, cyclically) and over K slices visits every LC CLOS."""
+    sizes = working_set_sizes(len(apps), n_closes)
+    places = [c for c in sorted(sizes, reverse=True) for _ in range(sizes[c])]
     n = len(apps)
-    for j in range(min(n_closes, n)):
-        out[apps[(pointer + j) % n]] = n_closes - j
-    return out
+    return {apps[(pointer + j) % n]: c for j, c in enumerate(places)}
 
 
 # ==================================================================================================
@@ -574,6 +647,7 @@ class CocoController(BaseController):
         self._placement: dict[str, int] = {}
         self._admitted = list(self._lc)
         self._rejected: list[str] = []
+        self._eligible: dict[str, set[int]] | None = None
         self._rr_pointer = 0
         self._wrr: Mqwrr | None = Mqwrr(self.weights(self._lc)) if self.cfg.needs_profile else None
         self._loads: dict[str, float] = {}
@@ -583,15 +657,35 @@ class CocoController(BaseController):
         if self.cfg.scheduler == "none":
             self._fixed = nopart_allocation(caps, self._cores)
 
-    def slowdown(self, app: str, clos: int) -> float:
-        s = self._plan.state(clos)
-        return self.profiles[app].slowdown(s.ways, s.mba_pct, self.cfg.max_slowdown)
+    def member_state(self, clos: int, n_apps: int) -> tuple[int, int]:
+        """The state S_i = (l_i, m_i) of a workload in LC CLOS `clos` when `n_apps` workloads are
+        scheduled (Eq. 1: "the LLC ways and MBA levels allocated to the workload"): the CLOS's MBA
+        level (per core) and its ways split among the working set (`working_set_sizes`), at least
+        the platform's minimum."""
+        caps = self.caps
+        assert caps is not None
+        c = self._plan.state(clos)
+        size = max(1, working_set_sizes(n_apps, len(self._plan.lc)).get(clos, 1))
+        return max(caps.min_llc_ways, c.ways // size), c.mba_pct
+
+    def slowdown(self, app: str, clos: int, n_apps: int = 1) -> float:
+        """Eq. 1 for `app` in `clos`'s member state with `n_apps` workloads scheduled."""
+        w, m = self.member_state(clos, n_apps)
+        return self.profiles[app].slowdown(w, m, self.cfg.max_slowdown)
 
     def weights(self, apps: list[str]) -> dict[int, dict[str, float]]:
-        """Eq. 2 per LC CLOS over `apps` (rule 3)."""
+        """Eq. 2 per LC CLOS over `apps` (rule 3), at each CLOS's member state."""
+        n = len(apps)
         return {
-            c: eq2_weights({a: self.slowdown(a, c) for a in apps}) for c in range(1, len(self._plan.lc) + 1)
+            c: eq2_weights({a: self.slowdown(a, c, n) for a in apps})
+            for c in range(1, len(self._plan.lc) + 1)
         }
+
+    def sl_rps(self, app: str, clos: int, n_apps: int = 1) -> float:
+        """SL_S of `app` (rps) in `clos`'s member state with `n_apps` workloads scheduled: the load
+        its profile sustains there (Eq. 1)."""
+        p = self.profiles[app]
+        return p.retention[self.member_state(clos, n_apps)] * p.sl_full_rps
 
     # ---- one tick -----------------------------------------------------------------------------
     def _decide(self, obs: Observation) -> Decision:
@@ -630,10 +724,12 @@ class CocoController(BaseController):
                 if self._rejected:
                     signals["admission_reject"] = ",".join(self._rejected)
             assert self._wrr is not None
-            working = self._wrr.next_slice(self._admitted)
+            working = self._wrr.next_slice(self._admitted, self._eligible)
         else:
-            working = round_robin(self._admitted, len(self._plan.lc), self._rr_pointer)
-            self._rr_pointer = (self._rr_pointer + 1) % max(len(self._admitted), 1)
+            k = len(self._plan.lc)
+            working = round_robin(self._admitted, k, self._rr_pointer)
+            step = max(1, len(self._admitted) // k)  # one working set per slice
+            self._rr_pointer = (self._rr_pointer + step) % max(len(self._admitted), 1)
         placement = {a: working.get(a, RESERVED_CLOS) for a in self._lc}
         moved = [a for a in self._lc if a in self._placement and self._placement[a] != placement[a]]
         self.migrations += len(moved)
@@ -641,8 +737,9 @@ class CocoController(BaseController):
         self._placement = placement
         alloc = build_allocation(caps, placement, self._plan, self._cores)
         ws = ", ".join(
-            f"{a}->CLOS{c}({self._plan.state(c).ways}w/{self._plan.state(c).mba_pct}%)"
-            for a, c in sorted(working.items(), key=lambda x: -x[1])
+            f"CLOS{c}({self._plan.state(c).ways}w/{self._plan.state(c).mba_pct}%): "
+            + "+".join(a for a in self._lc if working.get(a) == c)
+            for c in sorted(set(working.values()), reverse=True)
         )
         reason = f"{self.name} slice {self.slices} (Sec. 3.2 {'MQ-WRR' if self.cfg.scheduler == 'mq-wrr' else 'RR'}): {ws}"
         if moved:
@@ -658,33 +755,31 @@ class CocoController(BaseController):
         return Decision(alloc, reason=reason, signals=signals)
 
     # ---- rule 6: admission control ------------------------------------------------------------
-    def affordable_rps(self, app: str, share: dict[int, float]) -> float:
-        """What `app` can serve under its time shares: sum_c share_c x SL_S(c) (rule 6)."""
-        p = self.profiles[app]
-        total = 0.0
-        for c, f in share.items():
-            s = self._plan.state(c)
-            total += f * p.retention[(s.ways, s.mba_pct)] * p.sl_full_rps
-        return total
+    def eligible(self, apps: list[str], loads: dict[str, float]) -> dict[str, set[int]]:
+        """Rule 6: the LC CLOSes whose state sustains each app's offered load by its profile
+        (load <= SL_S): a slice there does not violate its SLO (Sec. 3.2)."""
+        k, n = len(self._plan.lc), len(apps)
+        return {a: {c for c in range(1, k + 1) if loads.get(a, 0.0) <= self.sl_rps(a, c, n)} for a in apps}
 
     def _admission(self, loads: dict[str, float]) -> list[str]:
-        """Rule 6: reject, one at a time, the workload whose offered load exceeds most what its share
-        of the schedule affords, until every admitted workload fits; re-admit those that fit again."""
+        """Rule 6: while the admitted workloads cannot all be placed in CLOSes that sustain their
+        loads, reject the one whose load exceeds most what the largest CLOS sustains; re-admit those
+        that fit again (the check starts from every workload each slice)."""
         before = set(self._rejected)
         admitted = list(self._lc)
-        horizon = max(60, 20 * len(self._lc))
+        n = len(self._plan.lc)
         while admitted:
-            wrr = Mqwrr(self.weights(admitted))
-            shares = wrr.shares(admitted, horizon)
-            ratio = {}
-            for a in admitted:
-                afford = self.affordable_rps(a, shares[a])
-                load = loads.get(a, 0.0)
-                ratio[a] = math.inf if afford <= 0 and load > 0 else (load / afford if afford > 0 else 0.0)
-            worst = max(admitted, key=lambda a: ratio[a])
-            if ratio[worst] <= 1.0 + _EPS:
+            elig = self.eligible(admitted, loads)
+            if assignable(admitted, elig, working_set_sizes(len(admitted), n)):
                 break
-            admitted.remove(worst)
+
+            def excess(a: str, m: int = len(admitted)) -> float:
+                best = self.sl_rps(a, n, m)
+                load = loads.get(a, 0.0)
+                return math.inf if best <= 0 and load > 0 else (load / best if best > 0 else 0.0)
+
+            admitted.remove(max(admitted, key=excess))
+        self._eligible = self.eligible(admitted, loads)
         keep = [a for a in self._lc if a in admitted]
         if keep != self._admitted:
             old = self._wrr

@@ -340,6 +340,35 @@ def sustained(
     return met >= math.ceil(fraction * len(window) - 1e-9)
 
 
+def sustained_per_app(
+    records: Sequence[TickRecord],
+    warmup_s: float = WARMUP_S,
+    measure_s: float = MEASURE_S,
+    fraction: float = SUSTAIN_FRACTION,
+    verdict: str = "window",
+) -> dict[str, bool]:
+    """`sustained` for each LC app alone: its p99 over the measured window meets its target
+    ("window"), or >= `fraction` of the measured intervals meet it ("intervals"). An app is never
+    sustained over a window the run does not fully cover (or with an invalid interval)."""
+    _check_verdict(verdict)
+    if not records:
+        return {}
+    names = [a.name for a in records[0].apps]
+    if verdict == "window":
+        w = window_tail(records, warmup_s, measure_s)
+        met = {a.name: w.complete and a.meets_qos for a in w.apps}
+        return {n: met.get(n, w.complete) for n in names}
+    window = measured(records, warmup_s, measure_s)
+    need = intervals_in(records[0].interval_s, measure_s)
+    if len(window) < need or not all(r.valid for r in window):
+        return dict.fromkeys(names, False)
+    out = {}
+    for n in names:
+        ok = sum(a.meets_qos for r in window for a in r.apps if a.name == n and a.valid)
+        out[n] = ok >= math.ceil(fraction * len(window) - 1e-9)
+    return out
+
+
 def failed_early(
     records: Sequence[TickRecord],
     warmup_s: float = WARMUP_S,

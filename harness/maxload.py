@@ -303,7 +303,7 @@ def run_maxload(
         raise ConfigError("maxload: give --apps (the heatmap) and/or --mixes N (the Fig. 7 violins)")
     if app_list and len(app_list) < 2:
         raise ConfigError("--apps: need at least 2 apps")
-    load_list = _parse_pcts(loads, "--loads") if loads else list(DEFAULT_LOADS_PCT)
+    load_list = parse_pcts(loads, "--loads") if loads else list(DEFAULT_LOADS_PCT)
     if load_list != sorted(set(load_list)):
         raise ConfigError("--loads: must be increasing")
     be_jobs = tuple(b for b in be.split(",") if b and b != "none")
@@ -321,7 +321,7 @@ def run_maxload(
     )
     fixed: list[float] = []
     if len(app_list) > 2:
-        fixed = _parse_pcts(fixed_loads, "--fixed-loads")
+        fixed = parse_pcts(fixed_loads, "--fixed-loads")
         if len(fixed) == 1:
             fixed = fixed * (len(app_list) - 3)
         if len(fixed) != len(app_list) - 3:
@@ -408,7 +408,8 @@ def _parse_apps(text: str, known: Sequence[str]) -> list[str]:
     return apps
 
 
-def _parse_pcts(text: str, flag: str) -> list[float]:
+def parse_pcts(text: str, flag: str) -> list[float]:
+    """A comma-separated list of load percentages in (0, 500] given to `flag`; a `ConfigError` otherwise."""
     try:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:

@@ -174,3 +174,29 @@ def plot_violins(mixes: list[dict[str, Any]], specs: Sequence[str], path: Path) 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_affordable(summary: dict[str, Any], specs: Sequence[str], path: Path) -> None:
+    """affordable.png (CoCo Fig. 2): per controller, the affordable load of every container and of
+    all of them together, in % of each container's SL_full (100 = no interference)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    apps = list(summary["sl_full"])
+    groups = [*apps, "all"]
+    width = 0.8 / max(len(specs), 1)
+    fig, ax = plt.subplots(figsize=(1.3 * len(groups) + 2, 3.4))
+    for k, s in enumerate(specs):
+        r = summary["results"][s]
+        vals = [r["per_app_pct"][a] for a in apps] + [r["affordable_pct"]]
+        ax.bar(np.arange(len(groups)) + (k - (len(specs) - 1) / 2) * width, vals, width, label=s)
+    ax.set_xticks(range(len(groups)), groups, rotation=20, ha="right")
+    ax.set_ylabel("affordable load (% of SL_full)")
+    ax.set_title(f"Affordable load without SLO violations ({summary['scenario']})")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

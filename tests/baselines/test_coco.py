@@ -18,6 +18,7 @@ from baselines.coco import (
     CocoController,
     Mqwrr,
     SlowdownProfile,
+    assignable,
     build_allocation,
     build_coco,
     clos_plan,
@@ -30,6 +31,7 @@ from baselines.coco import (
     profile_workload,
     round_robin,
     walk_points,
+    working_set_sizes,
 )
 from env.allocations import fair_allocation, lc_clos_blocks, unmanaged_allocation
 from env.config import ConfigError
@@ -268,10 +270,34 @@ def test_eq2_weights():
 
 
 def test_wrr_long_run_shares_follow_eq2():
-    wrr = Mqwrr({1: eq2_weights({"a": 3.0, "b": 1.0})})
+    w = eq2_weights({"a": 3.0, "b": 1.0})
+    wrr = Mqwrr({1: w, 2: w})  # two singleton working sets: the larger CLOS 2 goes by Eq. 2
     seq = [wrr.next_slice(["a", "b"]) for _ in range(40)]
-    assert sum(s == {"a": 1} for s in seq) == 30 and sum(s == {"b": 1} for s in seq) == 10
+    assert sum(s == {"a": 2, "b": 1} for s in seq) == 30 and sum(s == {"a": 1, "b": 2} for s in seq) == 10
     assert max(len(list(g)) for g in _runs(seq)) <= 3  # smooth: never a long run of one app
+
+
+def test_working_sets_hold_every_admitted_workload():
+    """Choice a: singletons in the largest CLOSes when N <= K, else N // K (+1 for the larger)."""
+    assert working_set_sizes(2, 3) == {1: 0, 2: 1, 3: 1}
+    assert working_set_sizes(6, 3) == {1: 2, 2: 2, 3: 2}
+    assert working_set_sizes(5, 3) == {1: 1, 2: 2, 3: 2}
+    assert working_set_sizes(7, 3) == {1: 2, 2: 2, 3: 3}
+    assert assignable(["a", "b"], {"a": {3}, "b": {3}}, {1: 1, 3: 2})
+    assert not assignable(["a", "b"], {"a": {3}, "b": {3}}, {1: 1, 3: 1})
+
+
+def test_wrr_places_a_workload_only_where_it_is_eligible():
+    """Rule 6: with eligibility, MQ-WRR never puts a workload in a CLOS that cannot serve its load,
+    and still places every workload (it looks ahead so that nobody is left without a place)."""
+    apps = list(APPS)
+    wrr = Mqwrr({c: eq2_weights(dict.fromkeys(apps, 1.0)) for c in (1, 2, 3)})
+    elig = {a: ({2, 3} if a.startswith("mongodb") else {1, 2, 3}) for a in apps}
+    elig["memcached-1"] = {3}
+    for _ in range(30):
+        ws = wrr.next_slice(apps, elig)
+        assert set(ws) == set(apps) and sorted(ws.values()) == [1, 1, 2, 2, 3, 3]
+        assert all(ws[a] in elig[a] for a in apps)
 
 
 def _runs(seq):
@@ -288,7 +314,7 @@ def test_wrr_multi_level_preference_and_no_starvation():
     big = dict.fromkeys(apps, 0)
     for k in range(60):
         ws = wrr.next_slice(apps)
-        assert sorted(ws.values()) == [1, 2, 3]  # every LC CLOS has a singleton working set
+        assert sorted(ws.values()) == [1, 1, 2, 2, 3, 3]  # 6 workloads, 3 LC CLOSes: pairs
         for a, c in ws.items():
             seen[a].add(c)
             big[a] += c == 3
@@ -296,19 +322,20 @@ def test_wrr_multi_level_preference_and_no_starvation():
             assert all(seen[a] for a in apps)  # nobody starves
     assert big["mongodb-1"] > 2 * big["memcached-1"]  # high slowdown -> the largest CLOS more often
     shares = wrr.shares(apps, 120)
-    assert shares["mongodb-1"][RESERVED_CLOS] < shares["memcached-1"][RESERVED_CLOS]
+    assert shares["mongodb-1"][1] < shares["memcached-1"][1]  # ... and the smallest less often
     assert sum(shares["nginx-2"].values()) == pytest.approx(1.0)
 
 
 def test_round_robin_rotates_through_every_clos():
     apps = list(APPS)
     visits = {a: set() for a in apps}
-    for p in range(len(apps)):
+    for p in range(0, len(apps), 2):  # the controller advances by one working set per slice
         ws = round_robin(apps, 3, p)
-        assert sorted(ws.values()) == [1, 2, 3]
+        assert sorted(ws.values()) == [1, 1, 2, 2, 3, 3]
+        assert ws["memcached-1"] == ws["memcached-2"]  # companions move together
         for a in apps:
-            visits[a].add(ws.get(a, RESERVED_CLOS))
-    assert all(v == {0, 1, 2, 3} for v in visits.values())
+            visits[a].add(ws[a])
+    assert all(v == {1, 2, 3} for v in visits.values())  # never parked in the reserved CLOS
 
 
 # ---- the controller on hand-built observations ------------------------------------------------------
@@ -319,8 +346,7 @@ def test_slices_place_singletons_and_keep_cat_with_mba(caps):
         for a in alloc:
             assert (a.llc_ways, a.mba_pct) == FIG2_CLOSES[a.clos]  # a CLOS moves with both settings
             assert a.cores == 2.0 and a.core_group != 0
-        lc_closes = [a.clos for a in alloc if a.clos != RESERVED_CLOS]
-        assert sorted(lc_closes) == [1, 2, 3]  # singleton working sets
+        assert sorted(a.clos for a in alloc) == [1, 1, 2, 2, 3, 3]  # pairs, nobody in the reserved CLOS
     assert ctrl.slices == 12 and ctrl.migrations > 0
     assert "profiling cost" in drive(controller(caps), caps, 1)[0][0].reason
 
@@ -373,12 +399,33 @@ def test_light_loads_admit_everyone(caps):
     assert ctrl._admitted == list(APPS)
 
 
+def test_member_state_splits_the_ways_of_a_working_set(caps):
+    """Choice a: with 6 workloads on 3 LC CLOSes each one is allocated half of its CLOS's ways (at
+    the CLOS's MBA level); alone in a CLOS, all of them."""
+    ctrl = controller(caps)
+    assert [ctrl.member_state(c, 6) for c in (1, 2, 3)] == [(1, 10), (3, 30), (4, 50)]
+    assert [ctrl.member_state(c, 3) for c in (1, 2, 3)] == [(3, 10), (6, 30), (9, 50)]
+    assert ctrl.sl_rps("nginx-1", 3, 6) == pytest.approx(ctrl.profiles["nginx-1"].retention[(4, 50)] * 1e5)
+
+
+def test_a_workload_never_runs_where_its_load_is_not_sustained(caps):
+    """Rule 6: at a load the smaller CLOSes' member states cannot serve, the sensitive workload is
+    kept in the largest CLOS (time-sharing degenerates to what the SLOs allow), nobody is rejected."""
+    ctrl = controller(caps, sens={a: (1.5 if a == "mongodb-1" else 0.5) for a in APPS})
+    load = 0.2 * 1e5  # above mongodb-1's member states in CLOS 1 and 2, below CLOS 3's
+    assert ctrl.sl_rps("mongodb-1", 2, 6) < load <= ctrl.sl_rps("mongodb-1", 3, 6)
+    for d, alloc in drive(ctrl, caps, 12, {"mongodb-1": load}):
+        assert "admission_reject" not in d.signals
+        assert alloc["mongodb-1"].clos == 3
+    assert ctrl.migrations > 0  # the others still rotate
+
+
 def test_round_robin_controller_has_no_profile_and_rotates(caps):
     ctrl = build_coco("coco-rr", caps, None)  # no scenario: round-robin needs no profile
     ctrl.reset(caps, np.random.default_rng(0))
     assert ctrl.profiles == {} and ctrl.profile_cost_s == 0.0
     ((_, first),) = drive(ctrl, caps, 1)
-    assert {a.clos for a in first} == {0, 1, 2, 3}
+    assert sorted(a.clos for a in first) == [1, 1, 2, 2, 3, 3]
     seen = {a: set() for a in APPS}
     for d, alloc in drive(ctrl, caps, 6, {"nginx-1": 1e9}, t0=1.0):  # no admission control at any load
         assert not d.signals
@@ -438,8 +485,8 @@ def test_fig2_scenario_short_run_time_shares_every_clos():
         obs = node.step(d.allocation)
         for a in obs.allocation:
             visits[a.name].add(a.clos)
-    assert all({1, 2, 3} & v for v in visits.values())  # every container got an LC partition
-    assert all(RESERVED_CLOS in v for v in visits.values())  # and waited in the reserved one
+    assert all(v <= {1, 2, 3} for v in visits.values())  # every container always in an LC partition
+    assert all(len(v) >= 2 for v in visits.values())  # and time-shared among them
     assert ctrl.migrations >= 24
 
 

@@ -181,6 +181,15 @@ def test_the_window_must_be_covered_and_measured():
     assert M.sustained(hist_run(180))
 
 
+def test_sustained_per_app_judges_each_app_alone():
+    bad = hist_run(180, dict.fromkeys(range(70, 80), 400))  # app a: 4000 late requests
+    assert M.sustained_per_app(bad) == {"a": False, "b": True} and not M.sustained(bad)
+    assert M.sustained_per_app(hist_run(180)) == {"a": True, "b": True}
+    assert M.sustained_per_app(hist_run(179)) == {"a": False, "b": False}  # window not covered
+    mild = hist_run(180, dict.fromkeys(range(70, 90), 20))
+    assert M.sustained_per_app(mild, verdict="intervals") == {"a": False, "b": True}
+
+
 def test_window_early_stop_gives_the_same_verdict():
     over = dict.fromkeys(range(70, 80), 400)  # 4000 late requests: the 4th such interval decides
     recs = hist_run(180, over)
