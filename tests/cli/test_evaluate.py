@@ -392,7 +392,7 @@ def test_guards_file_is_used_and_saved_and_a_bad_one_exits_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "path", sorted((ROOT / "configs" / "scenarios").glob("*.yaml")), ids=lambda p: p.stem
+    "path", sorted((ROOT / "configs" / "scenarios").glob("**/*.yaml")), ids=lambda p: p.stem
 )
 def test_shipped_scenarios_load_and_run(path, monkeypatch):
     import numpy as np
