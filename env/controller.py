@@ -72,6 +72,12 @@ class BaseController(ABC):
         self.rng = rng
         self._reset()
 
+    def run_stats(self) -> dict[str, object]:
+        """What the controller reports about its run beyond the per-tick records (e.g. how many
+        samples a search took to meet QoS), JSON-friendly; read once the run has ended. Empty by
+        default."""
+        return {}
+
     def decide(self, observation: Observation) -> Decision:
         if self.caps is None:
             raise RuntimeError(f"{self.name}: decide() called before reset()")

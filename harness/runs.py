@@ -71,6 +71,11 @@ def build_run(job: RunJob) -> tuple[SimNode, Controller]:
 
 def execute(job: RunJob) -> list[TickRecord]:
     """Run the job; the records (also written to `job.jsonl` line by line when set)."""
+    return execute_with_stats(job)[0]
+
+
+def execute_with_stats(job: RunJob) -> tuple[list[TickRecord], dict[str, Any]]:
+    """`execute`, plus what the controller reports about the run (`BaseController.run_stats`)."""
     node, ctrl = build_run(job)
     duration = job.duration_s if job.duration_s is not None else job.scenario.duration_s
     stop = (
@@ -79,7 +84,7 @@ def execute(job: RunJob) -> list[TickRecord]:
         else None
     )
     with open(job.jsonl, "w") if job.jsonl else nullcontext() as f:
-        return run_episode(
+        recs = run_episode(
             node,
             ctrl,
             duration,
@@ -88,13 +93,17 @@ def execute(job: RunJob) -> list[TickRecord]:
             on_tick=None if f is None else (lambda rec: f.write(rec.to_json() + "\n")),
             stop_when=stop,
         )
+    report = getattr(ctrl, "run_stats", None)  # optional: not part of the Controller protocol
+    return recs, (report() if callable(report) else {})
 
 
 def run_summary(job: RunJob) -> dict[str, Any]:
     """Worker of compare/timeline: run and summarise (the compare row plus details)."""
-    recs = execute(job)
+    recs, stats = execute_with_stats(job)
     s = M.summarize(recs, job.scenario.warmup_s, verdict=job.verdict)
     row: dict[str, Any] = {"controller": job.controller, "seed": job.seed, **s.row()}
+    if stats:
+        row["controller_stats"] = M.json_safe(stats)
     row["invalid_intervals"] = s.invalid_intervals
     row["qos_guarantee_per_app"] = M.json_safe(s.qos_guarantee_per_app)
     row["window_per_app"] = s.window_per_app()

@@ -34,13 +34,19 @@ class BoConfig:
     max_settle_s: float = 10.0  # settling goes on past settle_s while an LC app drains a backlog
     drain_tolerance_frac: float = 0.01  # draining: served > offered x (1 + this)
     measure_s: float = 3.0
+    # a sample ends at its first measured interval that misses a target: its verdict is known
+    # then, and measuring on would only prolong the violation (and the backlog it leaves)
+    abort_on_miss: bool = True
+    # ... and, when the allocation it replaced met QoS (no backlog to blame), a settling interval
+    # in which some app's log(target / p99) < -abort_settle_log ends it too (0 = never)
+    abort_settle_log: float = 0.0
     apply_timeout_s: float = 5.0  # a target a guard keeps changing is measured as applied after this
     # budget: samples per search when a QoS-meeting allocation has been found, and the larger
     # budget the search may use while it has found none
     max_samples: int = 30
     max_samples_without_qos: int = 60
     # CLITE's initial samples, in order (module docstring of agents.bo.space)
-    probes: tuple[ProbeName, ...] = ("fair", "be_minimum", "lc_max_each")
+    probes: tuple[ProbeName, ...] = ("fair", "be_minimum")
     reprobe_incumbent: bool = True  # after a restart, sample the previous best first
     # memory floors: no party gets less than its largest resident memory seen x (1 + this), since
     # a memory cut swaps an app out and its pages fault back in at disk speed (minutes on an HDD)
@@ -62,6 +68,27 @@ class BoConfig:
     # stop a search early when the best constrained EI is below this fraction of the incumbent's
     # BE throughput (CLITE's EI-based termination); 0 = always spend the budget
     stop_ei_rel: float = 0.0
+    # safe search: once the search has a QoS-meeting sample, only candidates whose modelled
+    # probability of meeting every target is >= safe_pof are proposed; when none is, the search
+    # ends on the best QoS-meeting sample (0 = CLITE's unrestricted constrained EI)
+    safe_pof: float = 0.0
+    # trust region of the safe search (TuRBO, Eriksson et al. 2019): once QoS is met, candidates
+    # are the one-unit neighbours of the best QoS-meeting sample and random points within
+    # trust_init of the pool per party and resource around it; the region doubles (up to
+    # trust_max) after a QoS-meeting improvement and halves (down to trust_min) after a miss;
+    # trust_init = 0: no region (CLITE's candidates everywhere)
+    trust_init: float = 0.0
+    trust_min: float = 0.05
+    trust_max: float = 0.4
+    # the load as a model input: each LC app's headroom model also sees the app's load_frac, and
+    # the samples of earlier searches (the newest history_samples) stay in the model after a
+    # restart, so a new search starts from what the model knows of the new load
+    load_context: bool = False
+    # network limits: "fair" keeps fair's split; "follow" applies PARTIES' network rule every
+    # interval (env.moves.adjust_network, Sec. 4.2.1: bandwidth is a threshold that follows each LC
+    # app's use, outside the searched resources; CLITE partitions no network)
+    network: Literal["fair", "follow"] = "fair"
+    history_samples: int = 60
     # load shift (restart the search): EWMA of each app's load_frac against the search's reference
     load_ewma_alpha: float = 0.5
     load_shift_abs: float = 0.05
@@ -116,6 +143,14 @@ class BoConfig:
             raise ConfigError("bo.qos_margin_log must be within (-log_ratio_clip, log_ratio_clip)")
         if self.stop_ei_rel < 0:
             raise ConfigError("bo.stop_ei_rel must be >= 0")
+        if not 0 <= self.safe_pof < 1:
+            raise ConfigError("bo.safe_pof must be in [0, 1)")
+        if not (0 <= self.trust_min <= self.trust_max <= 1 and 0 <= self.trust_init <= self.trust_max):
+            raise ConfigError("bo: need 0 <= trust_min <= trust_max <= 1 and 0 <= trust_init <= trust_max")
+        if self.abort_settle_log < 0:
+            raise ConfigError("bo.abort_settle_log must be >= 0")
+        if self.history_samples < 0:
+            raise ConfigError("bo.history_samples must be >= 0")
         if not 0 < self.load_ewma_alpha <= 1:
             raise ConfigError("bo.load_ewma_alpha must be in (0, 1]")
         if self.load_shift_abs < 0 or self.load_shift_rel < 0 or self.load_shift_intervals < 1:

@@ -32,8 +32,10 @@ Choices where CLITE differs or is silent (each also in `BoConfig`):
 1. Constrained BO instead of CLITE's scalar score (Sec. 4.3: 0.5 + 0.5 x BG performance when all
    QoS met, else 0.5 x the LC jobs' QoS ratio): a GP per outcome with log probability of
    feasibility until QoS is met, then constrained log EI (the issue's formulation).
-2. Initial samples: fair and each LC app at the maximum (CLITE), plus `be_minimum` (the BE jobs at
-   their minimums), the likeliest QoS-meeting point, which shortens the time to QoS.
+2. Initial samples: fair (CLITE) and `be_minimum` (the BE jobs at their minimums), the likeliest
+   QoS-meeting point, which shortens the time to QoS. CLITE's samples with each LC app at the
+   maximum (`lc_max_each`) are available but off by default: each starves the other N - 1 apps,
+   N samples that miss QoS and leave backlogs that spoil the samples after them.
 3. CLITE rounds a continuous proposal to a configuration; here the acquisition is maximised over
    a discrete set (random points plus the neighbours of the best samples), which holds only valid
    allocations and never a repeated one.
@@ -42,7 +44,10 @@ Choices where CLITE differs or is silent (each also in `BoConfig`):
    sample is applied; if none met QoS, the sample closest to meeting it (largest worst headroom).
 5. Restart on a load shift (any app's smoothed `load_frac` off the search's reference by more
    than `load_shift_abs + load_shift_rel x reference` for `load_shift_intervals` intervals): the
-   model is discarded and the previous best is sampled first. While holding, the held allocation
+   previous best is sampled first. With `load_context` each LC app's constraint GP also sees the
+   app's load_frac, and the last `history_samples` samples stay in the model across the restart,
+   so the new search starts from what the model knows (without it the model is discarded and the
+   probes follow). While holding, the held allocation
    fails once more than (1 - `recheck_meet_frac`) of the last `recheck_window_s` of intervals
    missed a target (DESIGN §5 judges a controller by the fraction of intervals that meet every
    target; a 6-interval sample can pass an allocation that misses 1 interval in 8): the window is
@@ -62,10 +67,32 @@ Choices where CLITE differs or is silent (each also in `BoConfig`):
    skips the samples that would fail the same way. On memcached+sphinx+mongodb at 40% (300 s,
    seeds 0-2) the hold phase had 6, 19 and 15 violating intervals without this rule (up to five
    fallbacks in a row, sphinx failing each time), 6, 9 and 9 with it.
+9. Early verdicts (`abort_on_miss`): a sample ends at its first measured interval that misses a
+   target, since its verdict (headroom < 0) is known then and measuring on only prolongs the
+   violation. After a QoS-meeting allocation a settling interval with p99 above exp(
+   `abort_settle_log`) x target ends the sample too (no backlog of an earlier miss to blame).
+10. Safe search. CLITE's constrained EI explores anywhere once QoS is met, and every miss costs
+   violating intervals on a live node. Once the search has a QoS-meeting sample, only candidates
+   whose modelled probability of meeting every target (including the measurement noise) is >=
+   `safe_pof` are eligible, and the candidates are local to the best QoS-meeting sample: a trust
+   region (TuRBO, Eriksson et al., NeurIPS'19) of half-width `trust_init` of each pool, doubled
+   after an improvement and halved after a miss. No eligible candidate ends the search on the
+   best sample. Before QoS is met the region around the closest sample holds only moves that give
+   every failing app at least as much of each searched resource and more of one (PARTIES,
+   ASPLOS'19, Sec. 4.2: an app's latency falls with more of its own partition). With CLITE's EI
+   termination (`stop_ei_rel`) on, a search typically ends well inside `max_samples`.
+11. Network (`network: follow`): CLITE partitions no network bandwidth; PARTIES' network rule
+   (Alg. 1, Sec. 4.2.1, `env.moves.adjust_network`) sets each LC app's limit to follow its use
+   every interval, outside the searched resources: an allocation counts as in force whatever its
+   network limits.
+12. `run_stats()`: per search, the samples taken, the first QoS-meeting sample (CLITE's measure of
+   search cost), the first QoS-meeting sample after the last miss, and the fraction of
+   intervals after the first QoS-meeting sample that met every target.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from dataclasses import dataclass, field
@@ -78,6 +105,7 @@ from agents.bo.model import Surrogate, warm_up
 from agents.bo.space import AllocationSpace, Candidates
 from env.config import ConfigError
 from env.controller import BaseController, ControllerContext
+from env.moves import adjust_network
 from env.types import (
     Allocation,
     AllocationError,
@@ -116,6 +144,7 @@ class Sample:
     headroom: tuple[float, ...]
     meets_qos: bool
     end_s: float
+    load: tuple[float, ...] = ()  # each LC app's mean load_frac over the measured intervals
 
     @property
     def worst_headroom(self) -> float:
@@ -128,7 +157,35 @@ class _Window:
 
     be: list[float] = field(default_factory=list)
     ratios: list[list[float]] = field(default_factory=list)
+    loads: list[list[float]] = field(default_factory=list)
     seconds: float = 0.0
+
+
+@dataclass
+class _SearchStats:
+    """What one search achieved (`BoController.run_stats`): its samples, the first that met QoS
+    (index and end time), the first QoS-meeting sample after the search's last missing one (QoS
+    found and then kept by the search), and the intervals observed after the first QoS-meeting
+    sample, with how many of them met every target."""
+
+    start_s: float
+    samples: int = 0
+    first_qos_sample: int | None = None
+    first_qos_s: float | None = None
+    kept_from_sample: int | None = None
+    after_intervals: int = 0
+    after_met: int = 0
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        frac = self.after_met / self.after_intervals if self.after_intervals else None
+        return {
+            "start_s": None if math.isnan(self.start_s) else self.start_s,
+            "samples": self.samples,
+            "first_qos_sample": self.first_qos_sample,
+            "first_qos_s": self.first_qos_s,
+            "kept_from_sample": self.kept_from_sample,
+            "met_after_first_qos": frac,
+        }
 
 
 @dataclass
@@ -141,6 +198,7 @@ class _Trial:
     requested_s: float
     in_force_s: float | None = None
     window: _Window = field(default_factory=_Window)
+    from_qos: bool = False  # the allocation it replaced met QoS (BoConfig.abort_settle_log)
 
 
 class BoController(BaseController):
@@ -191,6 +249,18 @@ class BoController(BaseController):
         """`first_qos_sample` of every search that found one, by search number."""
         return dict(self._first_qos)
 
+    def run_stats(self) -> dict[str, object]:
+        """Samples to QoS per search (`_SearchStats`): `samples_to_qos` is the first search's first
+        QoS-meeting sample (CLITE's measure of search cost), `kept_from_sample` the first
+        QoS-meeting sample after its last missing one, `met_after_first_qos` the fraction of the
+        intervals after that first QoS-meeting sample that met every target (QoS kept or not)."""
+        first = self._stats[0]
+        return {
+            "samples_to_qos": first.first_qos_sample,
+            "samples_to_kept_qos": first.kept_from_sample,
+            "searches": [st.as_dict() for st in self._stats],
+        }
+
     @property
     def held(self) -> Sample | None:
         """The sample whose allocation is held (HOLD phase), else None."""
@@ -214,6 +284,9 @@ class BoController(BaseController):
         self._search = 0
         self._all: list[Sample] = []
         self._cur: list[Sample] = []
+        self._net: dict[str, float] = {}  # network limits to apply (BoConfig.network)
+        self._hist: list[Sample] = []  # earlier searches' samples, kept when load_context
+        self._stats: list[_SearchStats] = [_SearchStats(start_s=math.nan)]
         self._queue: list[tuple[str, str | Candidates]] = []
         self._trial: _Trial | None = None
         self._held: Sample | None = None
@@ -224,6 +297,7 @@ class BoController(BaseController):
         self._shift_count = 0
         self._stop_early = False
         self._budget_from = 0  # the samples before this one do not count against the budget
+        self._tr = self.cfg.trust_init  # the trust region's half-width (fraction of each pool)
         if self._space is not None:
             self._queue = self._initial_queue(previous=None)
             if self._space.searchable:
@@ -238,10 +312,20 @@ class BoController(BaseController):
             return Decision.hold("bo: interval already seen")
         self._last_t = t
         self._track_resident(obs)
+        if self.cfg.network == "follow":  # PARTIES Sec. 4.2.1, outside the search
+            assert self.caps is not None
+            adjusted, _ = adjust_network(obs, obs.allocation, self.caps)
+            self._net = {a.name: a.net_gbps for a in adjusted}
+        st = self._stats[-1]
+        if math.isnan(st.start_s):
+            st.start_s = obs.time_s - obs.interval_s
+        if st.first_qos_s is not None and obs.time_s - obs.interval_s >= st.first_qos_s - _EPS_S:
+            st.after_intervals += 1
+            st.after_met += int(obs.all_qos_met)
         if not space.searchable:
             return self._apply(obs, space.template, "bo: nothing to search (no LC app or no knob): fair")
         if self._load_shifted(obs):
-            self._restart()
+            self._restart(obs)
             return self._next_trial(obs, "bo: load shift, new search")
         if self._phase is Phase.HOLD:
             return self._hold(obs)
@@ -253,27 +337,47 @@ class BoController(BaseController):
         if trial is None:
             return self._next_trial(obs, "bo: start")
         t, dt = obs.time_s, obs.interval_s
-        if obs.allocation != trial.target:
+        if not self._same(obs.allocation, trial.target):
             if trial.in_force_s is not None:  # changed under us (a guard, an operator): start over
                 trial.in_force_s, trial.window, trial.requested_s = None, _Window(), t
             if t - trial.requested_s < self.cfg.apply_timeout_s - _EPS_S:
                 self._refine_model()
-                return Decision(trial.target, reason=f"bo: applying {trial.label}")
+                return Decision(self._netted(trial.target), reason=f"bo: applying {trial.label}")
             trial.target = obs.allocation  # measure what the guards let through
             trial.label += " (as applied)"
         if trial.in_force_s is None:
             trial.in_force_s = t - dt  # this interval already ran under the target
         start = t - dt
-        if start >= trial.in_force_s + self.cfg.settle_s - _EPS_S:
+        if (
+            self.cfg.abort_settle_log > 0
+            and trial.from_qos
+            and not trial.window.be
+            and start < trial.in_force_s + self.cfg.settle_s - _EPS_S
+            and self._severe_miss(obs)
+        ):
+            self._measure(trial.window, obs)  # a severe miss while settling: the verdict is known
+        elif start >= trial.in_force_s + self.cfg.settle_s - _EPS_S:
             draining = not trial.window.be and _draining(obs, self.cfg.drain_tolerance_frac)
             if not draining or start >= trial.in_force_s + self.cfg.max_settle_s - _EPS_S:
                 self._measure(trial.window, obs)
-        if trial.window.seconds < self.cfg.measure_s - _EPS_S:
+        missed = (
+            self.cfg.abort_on_miss
+            and bool(trial.window.ratios)
+            and min(trial.window.ratios[-1]) < self.cfg.qos_margin_log
+        )
+        if trial.window.seconds < self.cfg.measure_s - _EPS_S and not missed:
             self._refine_model()
             what = "measuring" if trial.window.be else "settling"
-            return Decision.hold(f"bo: {what} {trial.label} (sample {len(self._cur) + 1})")
+            return self._apply(obs, trial.target, f"bo: {what} {trial.label} (sample {len(self._cur) + 1})")
+        had_qos = bool(self._qos_ok())
+        incumbent = self._best()
         sample = self._record(trial.window, trial.target, trial.label, t)
         self._trial = None
+        if had_qos and incumbent is not None:  # the trust region (BoConfig.trust_init)
+            if not sample.meets_qos:
+                self._tr = max(self._tr / 2, self.cfg.trust_min)
+            elif self._objective(sample) > self._objective(incumbent):
+                self._tr = min(self._tr * 2, self.cfg.trust_max)
         verdict = "meets QoS" if sample.meets_qos else "misses QoS"
         if sample.meets_qos and self._first_qos.get(self._search) == sample.index:
             verdict += " (the search's first)"
@@ -282,19 +386,31 @@ class BoController(BaseController):
             return self._enter_hold(obs, f"{note}; search done after {len(self._cur)} samples")
         return self._next_trial(obs, note)
 
+    def _severe_miss(self, obs: Observation) -> bool:
+        """Some LC app's p99 is over its target by more than a factor exp(abort_settle_log)."""
+        return any(
+            s.target_us > 0
+            and math.isfinite(s.p99_us)
+            and s.p99_us > 0
+            and math.log(s.target_us / s.p99_us) < -self.cfg.abort_settle_log
+            for s in obs.apps
+        )
+
     def _measure(self, window: _Window, obs: Observation) -> None:
         """Add one interval to `window` (skipped when an app has no usable latency)."""
         space = self._space
         assert space is not None
         clip = self.cfg.log_ratio_clip
-        ratios = []
+        ratios, loads = [], []
         for name in space.lc:
             s = _sample_of(obs, name)
             if s is None or not (s.p99_us > 0 and math.isfinite(s.p99_us)) or not s.target_us > 0:
                 return
             ratios.append(float(np.clip(math.log(s.target_us / s.p99_us), -clip, clip)))
+            loads.append(s.load_frac if math.isfinite(s.load_frac) else self._load_ewma.get(name, 0.0))
         window.be.append(obs.be_throughput)
         window.ratios.append(ratios)
+        window.loads.append(loads)
         window.seconds += obs.interval_s
 
     def _record(self, window: _Window, alloc: Allocation, label: str, t: float) -> Sample:
@@ -313,11 +429,20 @@ class BoController(BaseController):
             headroom=head,
             meets_qos=all(v >= self.cfg.qos_margin_log for v in head),
             end_s=t,
+            load=tuple(float(v) for v in np.mean(window.loads, axis=0)),
         )
         self._cur.append(sample)
         self._all.append(sample)
+        st = self._stats[-1]
+        st.samples += 1
         if sample.meets_qos:
             self._first_qos.setdefault(self._search, sample.index)
+            if st.first_qos_sample is None:
+                st.first_qos_sample, st.first_qos_s = sample.index, t
+            if st.kept_from_sample is None:
+                st.kept_from_sample = sample.index
+        else:
+            st.kept_from_sample = None
         return sample
 
     def _search_done(self) -> bool:
@@ -327,15 +452,23 @@ class BoController(BaseController):
         return n >= self.cfg.max_samples_without_qos
 
     def _next_trial(self, obs: Observation, note: str) -> Decision:
-        """Choose the next candidate (queued probes first, then the acquisition) and request it."""
-        label, alloc = self._choose()
-        self._trial = _Trial(target=alloc, label=label, requested_s=obs.time_s)
-        if obs.allocation == alloc:  # already in force: the interval just observed ran under it
+        """Choose the next candidate (queued probes first, then the acquisition) and request it;
+        when no candidate is safe enough (`safe_pof`), the search ends on its best sample."""
+        choice = self._choose()
+        if choice is None:
+            return self._enter_hold(obs, f"{note}; no candidate with P(QoS) >= {self.cfg.safe_pof:g}")
+        label, alloc = choice
+        prev = self._cur[-1] if self._cur else None
+        from_qos = self._phase is Phase.HOLD or (
+            prev is not None and prev.meets_qos and self._same(obs.allocation, prev.allocation)
+        )
+        self._trial = _Trial(target=alloc, label=label, requested_s=obs.time_s, from_qos=from_qos)
+        if self._same(obs.allocation, alloc):  # already in force: the interval just observed ran under it
             self._trial.in_force_s = obs.time_s - obs.interval_s
         reason = f"{note}; next {label} (sample {len(self._cur) + 1})"
         return self._apply(obs, alloc, reason)
 
-    def _choose(self) -> tuple[str, Allocation]:
+    def _choose(self) -> tuple[str, Allocation] | None:
         self._space = space = self._floored_space()
         seen = {s.x for s in self._cur}
         while self._queue:
@@ -352,32 +485,59 @@ class BoController(BaseController):
             best = self._best()
             assert best is not None
             return "repeat:best", best.allocation
-        if len(self._cur) < 2:
+        if len(self._training_samples()) < 2:
             return "random", space.decode(cands, int(self.rng.integers(len(cands))))
         train_x, train_y = self._training_data()
         ok = self._qos_ok()
-        feasible = np.array([s.x in ok for s in self._cur])
+        feasible = np.array([s.search == self._search and s.x in ok for s in self._training_samples()])
         seed = int(self.rng.integers(2**31 - 1))
         prop = self._model.propose(
             train_x,
             train_y,
             feasible,
-            space.encode(cands),
+            self._inputs_of(space.encode(cands)),
             self.cfg.qos_margin_log,
             seed,
             self._model_inputs(space),
+            self.cfg.safe_pof,
         )
         if not prop.fit_ok:
             return "random (GP fit failed)", space.decode(cands, int(self.rng.integers(len(cands))))
+        if prop.kind == "none_safe":  # no candidate is likely enough to keep QoS: stop here
+            self._stop_early = True
+            return None
         if prop.kind == "log_cei" and self.cfg.stop_ei_rel > 0:
             best_f = float(train_y[feasible, 0].max())
             self._stop_early = math.exp(prop.log_value) < self.cfg.stop_ei_rel * max(abs(best_f), 1e-9)
-        return f"bo:{prop.kind}", space.decode(cands, prop.index)
+        return f"bo:{prop.kind} (P(QoS) {prop.pof:.2f})", space.decode(cands, prop.index)
+
+    def _training_samples(self) -> list[Sample]:
+        """What the GP is trained on: the current search's samples, after those of earlier searches
+        kept as history when the load is a model input (`load_context`)."""
+        return [*self._hist, *self._cur] if self.cfg.load_context else self._cur
+
+    def _inputs_of(self, x: np.ndarray, loads: np.ndarray | None = None) -> np.ndarray:
+        """Encodings (n, dim) with each LC app's load appended when the load is a model input
+        (`load_context`): the samples' own loads, or the current smoothed loads for candidates."""
+        if not self.cfg.load_context:
+            return x
+        if loads is None:
+            now = np.array(self._current_loads())
+            loads = np.broadcast_to(now, (len(x), len(now)))
+        return np.concatenate([x, np.clip(loads, 0.0, 1.0)], axis=1)
+
+    def _current_loads(self) -> tuple[float, ...]:
+        space = self._space
+        assert space is not None
+        return tuple(self._load_ewma.get(n, 0.0) for n in space.lc)
 
     def _training_data(self) -> tuple[np.ndarray, np.ndarray]:
-        """The GP's inputs and outputs: every sample of the current search (`agents.bo.model`)."""
-        train_x = np.array([s.x for s in self._cur])
-        train_y = np.array([[self._objective(s), *s.headroom] for s in self._cur])
+        """The GP's inputs and outputs (`agents.bo.model`)."""
+        samples = self._training_samples()
+        train_x = self._inputs_of(
+            np.array([s.x for s in samples]), np.array([s.load for s in samples]).reshape(len(samples), -1)
+        )
+        train_y = np.array([[self._objective(s), *s.headroom] for s in samples])
         return train_x, train_y
 
     def _refine_model(self) -> None:
@@ -385,48 +545,96 @@ class BoController(BaseController):
         current search's samples, unless the chunks since its last sample converged or reached
         `fit_ticks` (`agents.bo.model`, "Cost"). The tick that ends a sample then only conditions
         the GP on it and maximises the acquisition."""
-        m, n = self._model, len(self._cur)
-        if n < 2 or (m.fitted_on == n and (m.converged or m.chunks >= self.cfg.fit_ticks)):
+        m, n, key = self._model, len(self._training_samples()), len(self._all)
+        if n < 2 or (m.fitted_on == key and (m.converged or m.chunks >= self.cfg.fit_ticks)):
             return
         space = self._space
         assert space is not None
         train_x, train_y = self._training_data()
-        m.fit(train_x, train_y, int(self.rng.integers(2**31 - 1)), self._model_inputs(space))
+        m.fit(train_x, train_y, int(self.rng.integers(2**31 - 1)), self._model_inputs(space), key=key)
 
     def _candidates(self) -> Candidates:
-        """Random points plus the neighbours of the best samples, minus what was sampled."""
+        """Random points plus the neighbours of the best samples, minus what was sampled. With a
+        trust region (`trust_init` > 0) and a sample in the search, the points are local to the
+        search's best sample instead (`_local_candidates`)."""
         space = self._space
         assert space is not None
-        n_bundled = round(self.cfg.bundled_fraction * self.cfg.random_candidates)
-        parts = [
-            space.random(self.cfg.random_candidates - n_bundled, self.rng, self.cfg.dirichlet_alpha),
-            space.random(n_bundled, self.rng, self.cfg.dirichlet_alpha, self.cfg.bundle_concentration),
-        ]
         ok = self._qos_ok()
         ranked = sorted(self._cur, key=lambda s: self._rank_key(s, ok), reverse=True)
-        centres: list[tuple[float, ...]] = []
-        for s in ranked:
-            if len(centres) >= self.cfg.neighbour_centres:
-                break
-            if s.x not in centres:
-                centres.append(s.x)
-                parts.append(space.neighbours(space.point_of(s.allocation), self.cfg.neighbour_fractions))
-        cands = Candidates.concat(parts).unique()
-        cands = cands.take(np.nonzero(space.admissible(cands))[0])
-        if not self._cur:
+        cands: Candidates | None = None
+        if ranked and self.cfg.trust_init > 0:
+            cands = self._local_candidates(ranked[0], bool(ok))
+        if cands is None:
+            n_bundled = round(self.cfg.bundled_fraction * self.cfg.random_candidates)
+            parts = [
+                space.random(self.cfg.random_candidates - n_bundled, self.rng, self.cfg.dirichlet_alpha),
+                space.random(n_bundled, self.rng, self.cfg.dirichlet_alpha, self.cfg.bundle_concentration),
+            ]
+            centres: list[tuple[float, ...]] = []
+            for s in ranked:
+                if len(centres) >= self.cfg.neighbour_centres:
+                    break
+                if s.x not in centres:
+                    centres.append(s.x)
+                    parts.append(space.neighbours(space.point_of(s.allocation), self.cfg.neighbour_fractions))
+            cands = Candidates.concat(parts).unique()
+            cands = cands.take(np.nonzero(space.admissible(cands))[0])
+        return self._unseen(cands)
+
+    def _unseen(self, cands: Candidates) -> Candidates:
+        """`cands` minus the allocations this search has sampled."""
+        space = self._space
+        assert space is not None
+        if not self._cur or not len(cands):
             return cands
         X = space.encode(cands)
         seen = np.array([s.x for s in self._cur])
         dist = np.abs(X[:, None, :] - seen[None, :, :]).max(axis=-1).min(axis=1)
         return cands.take(np.nonzero(dist > 1e-9)[0])
 
+    def _local_candidates(self, best: Sample, qos_met: bool) -> Candidates | None:
+        """The trust region around the search's best sample (`BoConfig.trust_init`).
+
+        Once QoS is met (safe search): its one-unit neighbours and random points within the
+        region's half-width `_tr` of each pool. Before (repair): the moves that give every app
+        that missed its target in the closest-to-QoS sample at least as much of every searched
+        resource and frequency, and more of one (an app's latency falls with more of its own
+        partition, the premise of PARTIES' upsizing, Sec. 4.2, and of the "own" model inputs);
+        None when there is no such move left (the global candidates then)."""
+        space = self._space
+        assert space is not None
+        centre = space.point_of(best.allocation)
+        if qos_met:
+            parts = [
+                space.neighbours(centre),
+                space.local(centre, self.cfg.random_candidates, self._tr, self.rng),
+            ]
+            cands = self._unseen(Candidates.concat(parts).unique())
+            return cands if len(cands) else None
+        failing = [p for p, h in enumerate(best.headroom) if h < self.cfg.qos_margin_log]
+        parts = [
+            space.neighbours(centre, self.cfg.neighbour_fractions),
+            space.local(centre, self.cfg.random_candidates, max(self._tr, self.cfg.trust_max), self.rng),
+        ]
+        cands = self._unseen(Candidates.concat(parts).unique())
+        if not len(cands) or not failing:
+            return cands if len(cands) else None
+        u0, lv0 = centre.units[0], centre.levels[0]
+        du = cands.units[:, failing, :] - u0[None, failing, :]  # (n, failing, pooled)
+        dl = cands.levels[:, failing] - lv0[None, failing]
+        keep = ((du >= 0).all(axis=2) & (dl >= 0)).all(axis=1) & ((du > 0).any(axis=2) | (dl > 0)).all(axis=1)
+        cands = cands.take(np.nonzero(keep)[0])
+        return cands if len(cands) else None
+
     def _model_inputs(self, space: AllocationSpace) -> list[list[int]] | None:
         """Input columns of the objective and of each LC app's constraint (`model_inputs`)."""
         if self.cfg.model_inputs == "all":
             return None
-        every = list(range(space.dim))
-        objective = space.party_columns(len(space.lc)) if space.has_be else every
-        return [objective, *(space.party_columns(p) for p in range(len(space.lc)))]
+        n_lc = len(space.lc)
+        load_col = [[space.dim + p] if self.cfg.load_context else [] for p in range(n_lc)]
+        every = list(range(space.dim + (n_lc if self.cfg.load_context else 0)))
+        objective = space.party_columns(n_lc) if space.has_be else every
+        return [objective, *(space.party_columns(p) + load_col[p] for p in range(n_lc))]
 
     def _objective(self, s: Sample) -> float:
         """BE throughput; without BE jobs, the worst app's headroom."""
@@ -521,22 +729,24 @@ class BoController(BaseController):
         first = self.first_qos_sample
         met = f"QoS first met at sample {first}" if first is not None else "QoS not met yet"
         reason = f"bo: holding sample {held.index} (BE {held.be_throughput:.3f}; {met})"
-        if obs.allocation != held.allocation or held.x not in self._qos_ok():
+        if not self._same(obs.allocation, held.allocation) or held.x not in self._qos_ok():
             return self._apply(obs, held.allocation, reason)
         # the last recheck_window_s of intervals under the held allocation (choice 5)
         since = obs.time_s - self.cfg.recheck_window_s + _EPS_S
         self._hold_log = [o for o in self._hold_log if o.time_s > since] + [obs]
         missed_s = sum(o.interval_s for o in self._hold_log if not o.all_qos_met)
         if missed_s <= (1 - self.cfg.recheck_meet_frac) * self.cfg.recheck_window_s + _EPS_S:
-            return Decision.hold(
-                f"{reason}; {missed_s:g} s of the last {self.cfg.recheck_window_s:g} s missed QoS"
+            return self._apply(
+                obs,
+                held.allocation,
+                f"{reason}; {missed_s:g} s of the last {self.cfg.recheck_window_s:g} s missed QoS",
             )
         window = _Window()
         for o in self._hold_log:
             self._measure(window, o)
         self._hold_log = []
         if not window.be:  # no usable latency in the window (not expected: valid observations)
-            return Decision.hold(reason)
+            return self._apply(obs, held.allocation, reason)
         # QoS lost while holding: the held allocation fails from now on (choice 5)
         self._record(window, held.allocation, RECHECK, obs.time_s)
         if self._qos_ok():
@@ -548,7 +758,17 @@ class BoController(BaseController):
             obs, f"bo: QoS lost while holding sample {held.index}, none left, searching on"
         )
 
+    def _netted(self, alloc: Allocation) -> Allocation:
+        """`alloc` with the network limits the network rule set this tick (`BoConfig.network`)."""
+        return _with_net(alloc, self._net)
+
+    @staticmethod
+    def _same(in_force: Allocation, target: Allocation) -> bool:
+        """Whether `target` is in force, network limits aside (they follow use, outside the search)."""
+        return in_force == _with_net(target, {a.name: a.net_gbps for a in in_force})
+
     def _apply(self, obs: Observation, alloc: Allocation, reason: str) -> Decision:
+        alloc = self._netted(alloc)
         if obs.allocation == alloc:
             return Decision.hold(reason)
         assert self.caps is not None  # decide() runs after reset()
@@ -578,18 +798,44 @@ class BoController(BaseController):
         self._shift_count = self._shift_count + 1 if off else 0
         return self._shift_count >= self.cfg.load_shift_intervals
 
-    def _restart(self) -> None:
-        """A new search: the model is discarded; the previous best QoS-meeting allocation, if any,
-        is sampled first."""
+    def _restart(self, obs: Observation) -> None:
+        """A new search (module docstring, choice 5). Without `load_context` the model is
+        discarded and the previous best QoS-meeting allocation, if any, is sampled first, then the
+        probes. With it, the samples so far stay in the model as history (their loads are inputs)
+        and there are no probes: the previous best QoS-meeting allocation, if any, is sampled first
+        (`reprobe_incumbent`; it is in force already), then the model proposes for the new load
+        (the probes only while fewer than two samples are known)."""
         previous = self._best()
         if previous is not None and previous.x not in self._qos_ok():
             previous = None
         self._search += 1
+        self._stats.append(_SearchStats(start_s=obs.time_s))
+        if self.cfg.load_context:
+            joined = [*self._hist, *self._cur]
+            self._hist = joined[-self.cfg.history_samples :] if self.cfg.history_samples else []
+        else:
+            self._model.clear()
         self._cur, self._trial, self._held, self._budget_from = [], None, None, 0
-        self._model.clear()
         self._phase, self._stop_early, self._hold_log = Phase.SEARCH, False, []
         self._load_ref, self._shift_count = dict(self._load_ewma), 0
-        self._queue = self._initial_queue(previous)
+        self._tr = self.cfg.trust_init
+        if not self.cfg.load_context:
+            self._queue = self._initial_queue(previous)
+        elif previous is not None and self.cfg.reprobe_incumbent:
+            assert self._space is not None  # a sample exists, so the space does
+            self._queue = [("probe:previous-best", self._space.point_of(previous.allocation))]
+        elif len(self._hist) < 2:
+            self._queue = self._initial_queue(None)
+        else:
+            self._queue = []
+
+
+def _with_net(alloc: Allocation, net: dict[str, float]) -> Allocation:
+    """`alloc` with each app's network limit taken from `net` (apps it does not name kept)."""
+    if all(a.net_gbps == net.get(a.name, a.net_gbps) for a in alloc):
+        return alloc
+    apps = tuple(dataclasses.replace(a, net_gbps=net.get(a.name, a.net_gbps)) for a in alloc)
+    return dataclasses.replace(alloc, apps=apps)
 
 
 def _draining(obs: Observation, tolerance_frac: float) -> bool:

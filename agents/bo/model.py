@@ -45,13 +45,16 @@ cold fit's likelihood. The acquisition costs ~40 us of CPU per candidate (BoTorc
 analytic acquisition as a batch of single-point posteriors), hence 512 random candidates (plus
 ~450 neighbours of the best samples) rather than 1024.
 
-Acquisition, maximised over a discrete candidate set with `optimize_acqf_discrete`:
+Acquisition, maximised over a discrete candidate set from one batched posterior (`_acquire`,
+with `LogConstrainedExpectedImprovement`'s helpers):
 
-* while no sample has met QoS: `LogProbabilityOfFeasibility` of every constraint (find a
+* while no sample has met QoS: the log probability of feasibility of every constraint (find a
   QoS-meeting allocation first; CLITE's score likewise ranks every QoS-violating configuration
-  below every QoS-meeting one, Sec. 4.3);
-* afterwards: `LogConstrainedExpectedImprovement` (log EI of the BE throughput over the best
-  QoS-meeting sample, weighted by the probability that every constraint holds).
+  below every QoS-meeting one, Sec. 4.3); its spread includes the observation noise, since a
+  sample's verdict is a noisy measurement;
+* afterwards: constrained log EI (log EI of the BE throughput over the best QoS-meeting sample,
+  plus the log probability that every constraint holds), over the choices whose probability of
+  feasibility is >= `safe_pof` (the controller's safe search; none: "none_safe").
 
 Everything runs single-threaded (`_quiet_single_thread`): the matrices are tiny, and on a busy
 node the BLAS and OpenMP pools spin-wait for cores: one fit on 10 points took 24-39 s with the
@@ -77,9 +80,9 @@ from typing import Any
 import numpy as np
 import torch
 from botorch.acquisition.analytic import (
-    AnalyticAcquisitionFunction,
     LogConstrainedExpectedImprovement,
-    LogProbabilityOfFeasibility,
+    _log_ei_helper,
+    _scaled_improvement,
 )
 from botorch.exceptions.errors import ModelFittingError
 from botorch.fit import fit_gpytorch_mll
@@ -88,7 +91,6 @@ from botorch.models.transforms.outcome import Standardize
 from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from botorch.optim.core import OptimizationResult, OptimizationStatus
 from botorch.optim.fit import fit_gpytorch_mll_scipy
-from botorch.optim.optimize import optimize_acqf_discrete
 from gpytorch.kernels import Kernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from threadpoolctl import ThreadpoolController
@@ -103,14 +105,18 @@ _POOLS = ThreadpoolController()
 class Proposal:
     """The acquisition's choice: row `index` of the candidate set, with its acquisition value.
 
-    `kind` is "log_pof" or "log_cei"; `log_value` is the log of the probability of feasibility or
-    of the constrained expected improvement (in BE-throughput units); `fit_ok` is false when the GP
-    could not be fitted (then `index` means nothing and the caller picks another way)."""
+    `kind` is "log_pof", "log_cei" or "none_safe" (a feasible sample exists, but no choice is
+    safe enough: `index` is then the choice likeliest to meet every constraint); `log_value` is
+    the log of the probability of feasibility or of the constrained expected improvement (in
+    BE-throughput units); `fit_ok` is false when the GP could not be fitted (then `index` means
+    nothing and the caller picks another way)."""
 
     index: int
     kind: str
     log_value: float
     fit_ok: bool = True
+    pof: float = math.nan  # the chosen point's modelled probability that every constraint holds
+    safe: int = 0  # log_cei: how many choices passed the safety filter
 
 
 @contextmanager
@@ -228,9 +234,9 @@ def fit_gp(
 class Surrogate:
     """The GP's hyperparameters, carried from fit to fit (module docstring, "Cost"): `fit` runs one
     bounded chunk of fitting from the stored values, `propose` conditions on every sample with the
-    stored values and maximises the acquisition. `fitted_on` is the number of samples the last
-    chunk saw, `chunks` how many chunks ran on that many samples, `converged` whether the last one
-    converged."""
+    stored values and maximises the acquisition. `fitted_on` is the key (by default the number of
+    samples) of the data the last chunk saw, `chunks` how many chunks ran on that data,
+    `converged` whether the last one converged."""
 
     def __init__(self, attempts: int = 3, maxiter: int | None = None, ftol: float | None = None) -> None:
         self.attempts, self.maxiter, self.ftol = attempts, maxiter, ftol
@@ -252,9 +258,11 @@ class Surrogate:
         train_y: np.ndarray,
         seed: int,
         inputs: Sequence[Sequence[int]] | None = None,
+        key: int | None = None,
     ) -> bool:
-        """One chunk on these samples; false (the stored values kept) when the fit failed."""
-        n = len(train_x)
+        """One chunk on these samples; false (the stored values kept) when the fit failed. `key`
+        names the data (default: the number of samples); a new key restarts the chunk count."""
+        n = len(train_x) if key is None else key
         if n != self.fitted_on:
             self.fitted_on, self.chunks, self.converged = n, 0, False
         self.chunks += 1
@@ -276,6 +284,7 @@ class Surrogate:
         margin: float,
         seed: int,
         inputs: Sequence[Sequence[int]] | None = None,
+        safe_pof: float = 0.0,
     ) -> Proposal:
         """Pick one of `choices` (n, d) to sample next (module docstring), with the stored
         hyperparameters (without any, one fit first: a chunk, or a full fit when `maxiter` is
@@ -283,7 +292,8 @@ class Surrogate:
 
         `train_y` columns: objective, then one constraint per LC app (>= `margin` to be met);
         `feasible` marks the samples that met every constraint; `inputs` the input columns of each
-        output (None: all). `choices` must not repeat a sample."""
+        output (None: all); once a sample is feasible only the choices whose probability that
+        every constraint holds is >= `safe_pof` are eligible. `choices` must not repeat a sample."""
         if len(choices) == 0:
             raise ValueError("no candidate to choose from")
         if self._params is None and not self.fit(train_x, train_y, seed, inputs):
@@ -291,33 +301,50 @@ class Surrogate:
         with _quiet_single_thread(seed):
             try:
                 model = build_gp(train_x, train_y, inputs, self._params).eval()
-                return _acquire(model, train_y, feasible, choices, margin)
+                return _acquire(model, train_y, feasible, choices, margin, safe_pof)
             except (RuntimeError, ValueError):  # e.g. a Cholesky failure on the new data
                 return Proposal(0, "none", math.nan, fit_ok=False)
 
 
 def _acquire(
-    model: SingleTaskGP, train_y: np.ndarray, feasible: np.ndarray, choices: np.ndarray, margin: float
+    model: SingleTaskGP,
+    train_y: np.ndarray,
+    feasible: np.ndarray,
+    choices: np.ndarray,
+    margin: float,
+    safe_pof: float = 0.0,
 ) -> Proposal:
+    """The acquisition over `choices` from one batched posterior: log PoF of every constraint,
+    and once a sample is feasible log constrained EI over the choices whose PoF >= `safe_pof`
+    (none: kind "none_safe")."""
     constraints: dict[int, tuple[float | None, float | None]] = {
         i: (margin, None) for i in range(1, train_y.shape[1])
     }
-    acq: AnalyticAcquisitionFunction
-    if feasible.any():
-        best_f = float(train_y[feasible, 0].max())
-        acq = LogConstrainedExpectedImprovement(
-            model, best_f=best_f, objective_index=0, constraints=constraints
-        )
-        kind = "log_cei"
-    else:
-        acq = LogProbabilityOfFeasibility(model, constraints=constraints)
-        kind = "log_pof"
+    best_f = float(train_y[feasible, 0].max()) if feasible.any() else 0.0
+    acq = LogConstrainedExpectedImprovement(model, best_f=best_f, objective_index=0, constraints=constraints)
     C = torch.as_tensor(choices, dtype=DTYPE)
     with torch.no_grad():
-        best, value = optimize_acqf_discrete(acq, q=1, choices=C, unique=True)
-    # map the chosen point back to its row (choices are unique, so the match is exact)
-    index = int(torch.argmin((C - best).abs().sum(dim=-1)).item())
-    return Proposal(index, kind, float(value.reshape(-1)[0].item()))
+        means, sigmas = acq._mean_and_sigma(C.unsqueeze(-2))  # (n, outputs)
+        assert sigmas is not None  # compute_sigma defaults to true
+        # feasibility of the *measurement*: the predictive spread includes the noise of a sample's
+        # headroom, which decides whether the sample meets QoS
+        noisy = model.posterior(C.unsqueeze(-2), observation_noise=True).variance.squeeze(-2)
+        log_pof = acq._compute_log_prob_feas(means=means, sigmas=noisy.clamp_min(1e-12).sqrt())
+        if not feasible.any():
+            i = int(torch.argmax(log_pof).item())
+            return Proposal(i, "log_pof", float(log_pof[i].item()), pof=math.exp(float(log_pof[i].item())))
+        u = _scaled_improvement(means[..., 0], sigmas[..., 0], torch.tensor(best_f, dtype=DTYPE), True)
+        log_cei = _log_ei_helper(u) + sigmas[..., 0].log() + log_pof
+        safe = log_pof >= math.log(safe_pof) if safe_pof > 0 else torch.ones_like(log_pof, dtype=torch.bool)
+        n_safe = int(safe.sum().item())
+        if n_safe == 0:
+            i = int(torch.argmax(log_pof).item())
+            return Proposal(i, "none_safe", float(log_pof[i].item()), pof=math.exp(float(log_pof[i].item())))
+        log_cei = torch.where(safe, log_cei, torch.full_like(log_cei, -math.inf))
+        i = int(torch.argmax(log_cei).item())
+    return Proposal(
+        i, "log_cei", float(log_cei[i].item()), pof=math.exp(float(log_pof[i].item())), safe=n_safe
+    )
 
 
 _WARMED_UP = False

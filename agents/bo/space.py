@@ -312,6 +312,27 @@ class AllocationSpace:
             return Candidates(np.zeros((0, *u0.shape), dtype=int), np.zeros((0, len(lv0)), dtype=int))
         return Candidates(np.stack(us), np.stack(lvs))
 
+    def local(self, centre: Candidates, n: int, max_frac: float, rng: np.random.Generator) -> Candidates:
+        """`n` random points near the single point `centre` (a trust region): every party's units
+        of each pooled resource move by at most max(1, `max_frac` x the pool's units), the
+        difference settled by the last party (the BE party; the last LC app without BE jobs), and each
+        party's frequency moves by at most one level; points outside the space are dropped."""
+        u0, lv0 = centre.units[0], centre.levels[0]
+        P, R = u0.shape
+        u = np.repeat(u0[None], n, axis=0).copy()
+        for j in range(R):
+            m = max(1, int(max_frac * self.total_units[j]))
+            d = rng.integers(-m, m + 1, size=(n, P))
+            d[rng.random((n, P)) < 0.5] = 0  # most points change a few parties only
+            d[:, -1] = -d[:, :-1].sum(axis=1)
+            u[:, :, j] += d
+        lv = np.repeat(lv0[None], n, axis=0).copy()
+        if self.search_freq:
+            step = rng.integers(-1, 2, size=(n, P)) * (rng.random((n, P)) < 0.3)
+            lv = np.clip(lv + step, 0, len(self.levels_mhz) - 1)
+        out = Candidates(u, lv.astype(int))
+        return out.take(np.nonzero(self.admissible(out))[0])
+
     def enumerate_all(self, limit: int = 200_000) -> Candidates:
         """Every point of the space (for tests and small nodes); ValueError above `limit`."""
         per_res = [

@@ -313,7 +313,8 @@ def compare_actions(rllib_module, exported, mode: str) -> tuple[int, set[str]]:
             # and the controller, from the raw observation, applies exactly that action
             raw, caps = vec.unwrapped.observations()[i], vec.unwrapped.capabilities(i)
             expected = vec.unwrapped.codec.decode(rllib_actions[i], raw, caps)
-            changed = expected.applied or expected.allocation != raw.allocation  # a move, or the network partition
+            # a move, or the network partition
+            changed = expected.applied or expected.allocation != raw.allocation
             assert ctrls[i].decide(raw).allocation == (expected.allocation if changed else None)
             compared += 1
             seen.add(str(rllib_actions[i]))
