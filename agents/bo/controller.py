@@ -31,7 +31,7 @@ Choices where CLITE differs or is silent (each also in `BoConfig`):
 
 1. Constrained BO instead of CLITE's scalar score (Sec. 4.3: 0.5 + 0.5 x BG performance when all
    QoS met, else 0.5 x the LC jobs' QoS ratio): a GP per outcome with log probability of
-   feasibility until QoS is met, then constrained log EI (the issue's formulation).
+   feasibility until QoS is met, then constrained log EI (Gardner et al., ICML'14; BoTorch's LogEI).
 2. Initial samples: fair (CLITE) and `be_minimum` (the BE jobs at their minimums), the likeliest
    QoS-meeting point, which shortens the time to QoS. CLITE's samples with each LC app at the
    maximum (`lc_max_each`) are available but off by default: each starves the other N - 1 apps,
@@ -241,7 +241,7 @@ class BoController(BaseController):
     @property
     def first_qos_sample(self) -> int | None:
         """The 1-based index, within the current search, of its first sample that met QoS (None
-        while none has): the issue's goal measure, samples until a QoS-meeting allocation."""
+        while none has): CLITE's measure of a search's cost, samples until a QoS-meeting allocation."""
         return self._first_qos.get(self._search)
 
     @property

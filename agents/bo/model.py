@@ -8,8 +8,9 @@ output, fitted output by output with BoTorch's batched L-BFGS) models, over the 
 * outputs 1..N, one per LC app: its headroom, a lower bound on log(target / p99) over the
   measured intervals (`agents.bo.controller`). It is >= 0 when the app met its target in every
   measured interval with room for the interval-to-interval spread, i.e. the constraint slack >= 0
-  of the issue, modelled on a log scale because slack = 1 - p99/target is unbounded below (an
-  overloaded app's p99 is many times its target) and would swamp the GP.
+  of CLITE's QoS condition (Sec. 4.3: every LC job meets QoS), modelled on a log scale because
+  slack = 1 - p99/target is unbounded below (an overloaded app's p99 is many times its target)
+  and would swamp the GP.
 
 Each output may see only some input columns (`inputs`; `MaskedKernel` zeroes the others for that
 output): the controller gives each LC app's latency model the columns of the app's own partition
