@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 
@@ -154,6 +155,8 @@ def platform_row(pl: Platform) -> np.ndarray:
     r[M.PL_SCHED_SLICE_S] = pl.sched_slice_ms / 1000
     r[M.PL_MIG_PEN] = pl.migration_penalty
     r[M.PL_DT] = pl.interval_s
+    r[M.PL_CFS_PERIOD_S] = pl.cfs_period_ms / 1000
+    r[M.PL_CFS_STRAND_S] = pl.cfs_stranded_ms / 1000
     return r
 
 
@@ -172,10 +175,11 @@ def working_set_table(kappa: float, alpha: float, mmin: float, foot: float) -> n
     return np.interp(M.GRID * foot, x, g)
 
 
-def lc_row(prof: LcProfile, knee: tuple[float, float]) -> np.ndarray:
-    """The kernel row of an LC app; `knee` = (S_ref in s, page touches per request)."""
+def lc_row(prof: LcProfile, knee: tuple[float, float], ref: Platform | None = None) -> np.ndarray:
+    """The kernel row of an LC app; `knee` = (S_ref in s, page touches per request). `ref` is its
+    reference platform (default: the one its profile names)."""
     s_ref, pages = knee
-    ref = load_platform(prof.reference.platform)
+    ref = ref or load_platform(prof.reference.platform)
     foot = llc_footprint_mb(prof)
     r = np.zeros(M.NP)
     r[M.P_ACTIVE] = 1
@@ -281,11 +285,13 @@ def base_profile(prof: LcProfile) -> LcProfile:
 
 def alloc_rows(layout: Layout, alloc: Allocation, prev: Allocation | None) -> np.ndarray:
     """Allocation -> (W, NA). Antagonists run on the idle cores (or on their target's threads),
-    share their target's CLOS (the LLC is not partitioned for them) and are not limited."""
+    share their target's CLOS (the LLC is not partitioned for them) and are not limited. On a
+    quota-mode platform an app's cores are a CFS quota on all cores (`_quota_cores`)."""
     pl = layout.platform
     rows = np.zeros((layout.n, M.NA))
     top = pl.freq_levels_mhz[-1]
     idle = alloc.idle_cores
+    sharers = Counter(a.core_group for a in alloc)
     for w, comp in enumerate(layout.components):
         r = rows[w]
         if comp.kind == "antagonist":
@@ -306,17 +312,35 @@ def alloc_rows(layout: Layout, alloc: Allocation, prev: Allocation | None) -> np
         a = alloc[comp.entity]
         _fill(r, a)
         r[M.A_SHARES] *= _cpu_weight_part(layout, w)
+        if pl.core_mode == "quota":
+            _quota_cores(r, a, pl.cores, sharers[a.core_group])
+            r[M.A_QUOTA] *= _cpu_weight_part(layout, w)  # the BE job's classes share its cgroup's quota
         if prev is not None and comp.entity in prev:
             p = prev[comp.entity]
-            r[M.A_MOVED] = float(p.cores != a.cores or p.core_group != a.core_group)
+            moved = p.cores != a.cores or p.core_group != a.core_group
+            r[M.A_MOVED] = float(moved and pl.core_mode == "cpuset")  # a quota moves no thread
             r[M.A_FLUSH] = float(p.clos != a.clos)
     return rows
 
 
+def _quota_cores(r: np.ndarray, a: AppAlloc, node_cores: int, sharers: int) -> None:
+    """Quota mode (`hw.LinuxNode` with `cores.mode: quota`): every app runs on all of the node's
+    cores under a CFS quota of its group's cores split evenly among the group's apps; a group
+    holding every core is no limit for its members (the OS time-shares the node: `unmanaged`), and
+    no cores pauses the app (the cgroup freezer). The app's own `cpu_quota` caps it further."""
+    cores = a.cores
+    r[M.A_CORES] = float(node_cores) if cores > 0.0 else 0.0
+    r[M.A_GROUP] = 0.0
+    quota = 0.0 if cores >= node_cores - 1e-9 else cores / max(sharers, 1)
+    if a.cpu_quota > 0.0:
+        quota = min(quota, a.cpu_quota) if quota > 0.0 else a.cpu_quota
+    r[M.A_QUOTA] = quota
+
+
 def _cpu_weight_part(layout: Layout, w: int) -> float:
-    """Component w's part of its entity's CFS weight: a BE job's thread classes share one cgroup,
-    so its weight is split in proportion to their runnable threads (they then saturate together,
-    as the cgroup's threads would)."""
+    """Component w's part of its entity's CFS weight (and, in quota mode, its quota): a BE job's
+    thread classes share one cgroup, so its weight is split in proportion to their runnable threads
+    (they then saturate together, as the cgroup's threads would)."""
     comp = layout.components[w]
     idx = layout.be.get(comp.entity, ())
     if len(idx) < 2:
@@ -381,11 +405,12 @@ def reference_alloc_row(pl: Platform, cores: int) -> np.ndarray:
 
 
 @cache
-def reference_knee(prof: LcProfile) -> tuple[float, float]:
+def reference_knee(prof: LcProfile, ref: Platform | None = None) -> tuple[float, float]:
     """(S_ref in s, page touches per request) putting the knee at max load: the p99 of a 1-minute
     run at `knee_load` x max load meets the target with probability `knee_meet_prob`. Bisection on the log of the
-    derived quantity, since P(meet) falls as either grows."""
-    pl = load_platform(prof.reference.platform)
+    derived quantity, since P(meet) falls as either grows. `ref` is the reference platform (default:
+    the one the profile names; a fit passes its candidate platform)."""
+    pl = ref or load_platform(prof.reference.platform)
     plat = platform_row(pl)
     alloc = reference_alloc_row(pl, prof.reference.cores)[None, :]
     lam = np.array([prof.max_load_rps * prof.knee_load])
@@ -397,7 +422,7 @@ def reference_knee(prof: LcProfile) -> tuple[float, float]:
         return prof.service_us / 1e6, x
 
     def p_meet(x: float) -> float:
-        out, _ = steady(plat, lc_row(prof, knee(x))[None, :], alloc, lam)
+        out, _ = steady(plat, lc_row(prof, knee(x), pl)[None, :], alloc, lam)
         return float(meet_probability(out[0, M.O_TAIL_T], n))
 
     lo, hi = math.log(1e-9), math.log(100.0 if prof.knee == "cpu" else 1e6)

@@ -14,24 +14,34 @@ the shipped values (differential evolution with a fixed seed).
 Loss per Table 4 cell: the paper reports the highest 10% step met, v, so the simulator's continuous
 max load x should lie in [v, v + 10): zero inside, squared distance (in 10-point units) outside.
 Per CoCo cell: squared difference of the retainment in 10-point units.
+
+The same machinery fits a profile and a platform to a table measured on a real node (`hw.profile`,
+"bring your own service"): `fit_measured` runs the differential evolution of `evolve` over profile
+and platform fields (`Param.on`) against `MeasuredPoint`s (load, CFS quota, a CPU-bound co-runner;
+the median interval p99 measured), each simulated by `simulate_points` as the deterministic steady
+state of the same kernel. Loss: the mean absolute log ratio of simulated to measured p99 (a median
+fit: a few points disturbed by other tenants of the machine do not pull it).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from scipy.optimize import differential_evolution
+from scipy.special import betaincinv
 
-from env.config import CONFIGS, load_yaml
+from env.config import CONFIGS, ConfigError, load_yaml
 from env.sim import engine
 from env.sim import model as M
 from env.sim.experiments import (
@@ -47,7 +57,8 @@ from env.sim.experiments import (
     moses_fungibility,
     with_antagonist,
 )
-from env.sim.profiles import LcProfile, Profile, load_profile
+from env.sim.platform import Platform
+from env.sim.profiles import BatchProfile, LcProfile, Profile, ThreadClass, load_profile
 
 TABLE4_ROWS = (
     "hyperthread",
@@ -166,12 +177,14 @@ def cell_loss(x: float, v: float) -> float:
 # ---- parameters ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Param:
-    """A fitted profile field and its search range; `log` searches it on a log scale."""
+    """A fitted field and its search range; `log` searches it on a log scale. `on` says whose field
+    it is: the app profile's or the platform's (a node file fitted to measurements)."""
 
     name: str
     lo: float
     hi: float
     log: bool = False
+    on: Literal["app", "node"] = "app"
 
 
 COMMON = (
@@ -317,15 +330,52 @@ def objective(app: str, values: dict[str, float]) -> tuple[float, dict, dict]:
     return float(loss), t4, cc
 
 
-def fit_app(app: str, maxiter: int, seed: int, popsize: int = 8) -> dict[str, float]:
-    """Differential evolution over `params_for(app)` (seeded, reproducible); the best values found."""
-    params = params_for(app)
+@dataclass(frozen=True)
+class Evolved:
+    """What `evolve` found: the best values, their loss, the work done, and whether the time budget
+    stopped it before `maxiter` generations."""
+
+    values: dict[str, float]
+    loss: float
+    evaluations: int
+    generations: int
+    seconds: float
+    stopped_by_budget: bool
+
+
+# called once per generation with (generation, best loss so far, seconds since the start)
+GenerationHook = Callable[[int, float, float], None]
+
+
+def evolve(
+    params: tuple[Param, ...],
+    loss: Callable[[dict[str, float]], float],
+    *,
+    maxiter: int,
+    seed: int,
+    popsize: int = 8,
+    budget_s: float | None = None,
+    on_generation: GenerationHook | None = None,
+) -> Evolved:
+    """Differential evolution of `loss` over `params` (seeded, reproducible: the same seed and
+    losses give the same result). Stops after `maxiter` generations, or at the end of the first
+    generation that ends past `budget_s` seconds."""
     t0 = time.time()
     evals = [0]
+    gens = [0]
+    stopped = [False]
 
     def f(z: np.ndarray) -> float:
         evals[0] += 1
-        return objective(app, _decode(params, z))[0]
+        return loss(_decode(params, z))
+
+    def callback(intermediate_result: Any) -> bool:
+        gens[0] += 1
+        elapsed = time.time() - t0
+        if on_generation is not None:
+            on_generation(gens[0], float(intermediate_result.fun), elapsed)
+        stopped[0] = budget_s is not None and elapsed > budget_s
+        return stopped[0]
 
     res = differential_evolution(
         f,
@@ -336,12 +386,158 @@ def fit_app(app: str, maxiter: int, seed: int, popsize: int = 8) -> dict[str, fl
         tol=1e-6,
         polish=False,
         updating="deferred",
+        callback=callback,
     )
-    best = _decode(params, res.x)
+    return Evolved(
+        _decode(params, res.x),
+        float(res.fun),
+        evals[0],
+        gens[0],
+        time.time() - t0,
+        stopped[0] and gens[0] < maxiter,
+    )
+
+
+def fit_app(app: str, maxiter: int, seed: int, popsize: int = 8) -> dict[str, float]:
+    """Differential evolution over `params_for(app)` (seeded, reproducible); the best values found."""
+    got = evolve(params_for(app), lambda v: objective(app, v)[0], maxiter=maxiter, seed=seed, popsize=popsize)
     print(
-        f"{app}: loss {res.fun:.3f} after {evals[0]} evaluations ({time.time() - t0:.0f} s)", file=sys.stderr
+        f"{app}: loss {got.loss:.3f} after {got.evaluations} evaluations ({got.seconds:.0f} s)",
+        file=sys.stderr,
     )
-    return best
+    return got.values
+
+
+# ---- tables measured on a real node (python -m hw.profile) ---------------------------------------
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """One operating point measured on a real node: the app alone at `rate_rps` (open loop) under a
+    CFS quota of `quota_cores` (0: none), beside `be_threads` CPU-bound threads under a quota of
+    `be_quota_cores` (0: none); `p99_us` is the median of its interval p99s."""
+
+    rate_rps: float
+    quota_cores: float
+    p99_us: float
+    be_threads: int = 0
+    be_quota_cores: float = 0.0
+
+
+def cpu_hog(threads: int) -> BatchProfile:
+    """A CPU-bound co-runner (`stress-ng --cpu N`): `threads` threads always runnable, no memory traffic."""
+    return BatchProfile("cpu_hog", f"{threads} CPU-bound threads", (ThreadClass(threads=threads),))
+
+
+def _point_alloc(platform: Platform, quota_cores: float) -> np.ndarray:
+    """A kernel allocation row for a measured point: every core, way and resource of the node (the
+    service's cgroup limits nothing else), one core group and CLOS for all, the CFS quota."""
+    r = engine.reference_alloc_row(platform, platform.cores)
+    r[M.A_GROUP] = 0
+    r[M.A_CLOS] = 0
+    r[M.A_QUOTA] = quota_cores if 0.0 < quota_cores < platform.cores - 1e-9 else 0.0
+    return r
+
+
+def median_p99_point(requests: float) -> float:
+    """The median of the CDF value of the p99 order statistic of `requests` samples (k = ceil(0.99 n)
+    of n: Beta(k, n - k + 1)): the quantile the median interval p99 sits at."""
+    n = max(round(requests), 1)
+    k = math.ceil(0.99 * n)
+    return float(betaincinv(k, n - k + 1, 0.5))
+
+
+def simulate_points(
+    prof: LcProfile, platform: Platform, points: Sequence[MeasuredPoint], steps: int = 8
+) -> np.ndarray:
+    """Simulated median interval p99 (us) of each point: the deterministic steady state of the kernel
+    after `steps` intervals (analytic, as the calibration's fit), the app's knee derived on
+    `platform` (its reference), its p99 read at `median_p99_point` of an interval's requests.
+    Raises ValueError when the profile cannot meet its target even at no load (`engine.reference_knee`)."""
+    knee = engine.reference_knee(prof, platform)
+    plat = engine.platform_row(platform)
+    lc = engine.lc_row(prof, knee, platform)
+    width = 2 if any(p.be_threads for p in points) else 1
+    arr = M.new_arrays(len(points), width)
+    for i, pt in enumerate(points):
+        n = pt.rate_rps * platform.interval_s
+        arr["plat"][i] = plat
+        arr["prm"][i, 0] = lc
+        arr["alloc"][i, 0] = _point_alloc(platform, pt.quota_cores)
+        arr["arrivals"][i, 0] = n
+        arr["usample"][i, 0] = median_p99_point(n)
+        if pt.be_threads:
+            hog = cpu_hog(pt.be_threads)
+            arr["prm"][i, 1] = engine.batch_row(hog, hog.classes[0], -1)
+            arr["alloc"][i, 1] = _point_alloc(platform, pt.be_quota_cores)
+    M.step_arrays(arr, steps)
+    return arr["out"][:, 0, M.O_P99] * 1e6
+
+
+def log_errors(sim_us: np.ndarray, real_us: np.ndarray) -> np.ndarray:
+    """|ln(sim / real)| per point (a NaN or non-positive simulation is a large error)."""
+    sim = np.where(np.isfinite(sim_us) & (sim_us > 0), sim_us, 1e-3)
+    return np.abs(np.log(sim / np.asarray(real_us, dtype=float)))
+
+
+def apply_values(
+    prof: LcProfile, platform: Platform, params: tuple[Param, ...], values: dict[str, float]
+) -> tuple[LcProfile, Platform]:
+    """The profile and platform with the fitted `values` in place (`fitted` lists them); a
+    ConfigError when a value is outside a field's physical range."""
+    app: dict[str, Any] = {p.name: values[p.name] for p in params if p.on == "app"}  # float fields
+    node: dict[str, Any] = {p.name: values[p.name] for p in params if p.on == "node"}
+    app_fitted = tuple(dict.fromkeys((*prof.fitted, *app)))
+    node_fitted = tuple(dict.fromkeys((*platform.fitted, *node)))
+    return (
+        dataclasses.replace(prof, **app, fitted=app_fitted),
+        dataclasses.replace(platform, **node, fitted=node_fitted),
+    )
+
+
+MEASURED_LOSS_INVALID = 1e3  # a candidate the simulator cannot build or run
+
+
+def measured_loss(prof: LcProfile, platform: Platform, points: Sequence[MeasuredPoint]) -> float:
+    """Mean |ln(simulated / measured p99)| over `points` (module docstring)."""
+    try:
+        sim = simulate_points(prof, platform, points)
+    except ValueError:
+        return MEASURED_LOSS_INVALID
+    return float(np.mean(log_errors(sim, np.array([p.p99_us for p in points]))))
+
+
+def fit_measured(
+    prof: LcProfile,
+    platform: Platform,
+    points: Sequence[MeasuredPoint],
+    params: tuple[Param, ...],
+    *,
+    maxiter: int = 30,
+    seed: int = 0,
+    popsize: int = 8,
+    budget_s: float | None = None,
+    on_generation: GenerationHook | None = None,
+) -> tuple[LcProfile, Platform, Evolved]:
+    """Fit `params` of the profile and the platform to the measured `points` (module docstring):
+    the fitted profile, platform and the search's record."""
+
+    def loss(values: dict[str, float]) -> float:
+        try:
+            p, pl = apply_values(prof, platform, params, values)
+        except ConfigError:
+            return MEASURED_LOSS_INVALID
+        return measured_loss(p, pl, points)
+
+    got = evolve(
+        params,
+        loss,
+        maxiter=maxiter,
+        seed=seed,
+        popsize=popsize,
+        budget_s=budget_s,
+        on_generation=on_generation,
+    )
+    p, pl = apply_values(prof, platform, params, got.values)
+    return p, pl, got
 
 
 def write_fitted(app: str, values: dict[str, float]) -> Path:

@@ -50,6 +50,10 @@ Per interval, per node:
    k = ceil(0.99 n): its CDF value U ~ Beta(k, n - k + 1) is drawn outside and inverted here, so
    the noise grows as fewer requests are seen. In the M/M/1 limit (one thread, no other
    component) the p99 is exactly Heracles' Eq. (1): ln(100) / (mu - lambda).
+   A CFS quota (`A_QUOTA`) that binds is not a slower server: the app runs at full speed until
+   the period's quota is used, then waits for the next period (Linux CFS bandwidth control), so
+   the requests of a throttled window wait up to its length (`_cfs_throttle`, the uniform part
+   of the latency when there is no backlog) and capacity is the quota.
 """
 
 from __future__ import annotations
@@ -93,7 +97,9 @@ PL_LLC_STREAM_W = 29  # weight of streamed lines in LLC sharing (adaptive, scan-
 PL_SCHED_SLICE_S = 30  # CFS time slice: requests longer than this are stretched by time-sharing
 PL_DISK_NCQ = 31  # NCQ exponent: d outstanding random reads complete at iops x d^ncq
 PL_DISK_QD = 32  # the device's command queue depth
-NPL = 33
+PL_CFS_PERIOD_S = 33  # CFS bandwidth period (cpu.cfs_period_us): a quota is granted per period
+PL_CFS_STRAND_S = 34  # quota stranded on each further CPU a throttled group runs on (per-CPU runtime slices)
+NPL = 35
 
 # ---- component parameters -----------------------------------------------------------------------
 P_ACTIVE = 0
@@ -466,6 +472,39 @@ def _quantile(p, coef, rate, n, fb, wa, wb):
 
 
 @njit(cache=True)
+def _cfs_throttle(demand, quota, cores, period, svc, cv2):
+    """(share of requests delayed, shortest and longest delay in s) of an app whose CFS quota
+    binds (Linux CFS bandwidth control, Documentation/scheduler/sched-bwc.rst): `demand` cores of
+    CPU time on average, `quota` cores usable per `period` s, `cores` hardware threads to run on
+    between throttles, service time `svc` s with squared coefficient of variation `cv2`.
+
+    The work of one period is Normal(m, v), m = demand x period, v = m x svc x (1 + cv2) (Poisson
+    arrivals of random work). A period whose work X exceeds the quota Q = quota x period is
+    throttled for the last T = period x (X - Q) / m of it (arrivals spread evenly, served at once
+    while the quota lasts): the requests arriving in that window, a share E[T] / period of all,
+    wait for the next period - the one arriving u into the window for T - u, plus the work that
+    arrived before it in the window (u x demand / cores). The windows are summarised by one length
+    T = E[T^2] / E[T] (the mean delay stays right), and T is at most what is left of a period once
+    the quota is used at full speed."""
+    m = demand * period
+    if m <= 0.0 or quota <= 0.0:
+        return 0.0, 0.0, 0.0
+    v = m * svc * (1.0 + cv2)
+    sd = math.sqrt(v)
+    z = (quota * period - m) / sd
+    phi = math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    above = 0.5 * math.erfc(z / math.sqrt(2.0))
+    e1 = sd * (phi - z * above)  # E[(X - Q)+]
+    e2 = v * ((1.0 + z * z) * above - z * phi)  # E[(X - Q)+^2]
+    if e1 <= 1e-12 * m or e2 <= 0.0:
+        return 0.0, 0.0, 0.0
+    left = max(1.0 - quota / cores, 0.0)
+    share = min(e1 / m, left)
+    window = min(period * e2 / (e1 * m), period * left)
+    return share, window * min(1.0, demand / cores), window
+
+
+@njit(cache=True)
 def _maxmin(demand, weight, capacity, out, m, active):
     """Weighted max-min fair shares of `capacity` for `demand` (progressive filling); `active` is
     a boolean scratch array of length >= m."""
@@ -526,6 +565,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
     busy = np.zeros(nw)
     speed = np.ones(nw)  # per-hardware-thread speed (SMT)
     hw = np.zeros(nw)  # hardware threads a workload gets
+    hwf = np.zeros(nw)  # ... and what it runs on between CFS throttles (no quota applied)
     pwait = np.zeros(nw)
     freq = np.zeros(nw)
     rate = np.zeros(nw)  # units per second (requests for LC)
@@ -569,6 +609,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
         for w in range(nw):
             p = prm[b, w]
             hw[w] = 0.0
+            hwf[w] = 0.0
             if p[P_ACTIVE] < 0.5 or (p[P_PLACE] >= 0.5 and p[P_PLACE] < 2.5):
                 continue
             k = alloc[b, w, A_CORES]
@@ -615,6 +656,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                     sout = np.zeros(nw)
                     _maxmin(sdem, swt, hk, sout, m, np.zeros(nw, dtype=np.bool_))
                     hw[w] = sout[me]
+            hwf[w] = hw[w]
             q = alloc[b, w, A_QUOTA]
             if q > 0.0 and p[P_KIND] < 0.5:  # a CFS quota caps the CPU time of its threads
                 hw[w] = min(hw[w], q)
@@ -961,6 +1003,18 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             lam = _offered(arrivals, state, b, w) / dt
             svc = p[P_SREF] * slow[w] / max(speed[w], 1e-6)  # per hardware thread
             cpu_cap = max(hw[w], 1e-9) / svc  # requests/s at saturation
+            # CFS bandwidth control: a quota below what the app would otherwise run on does not slow
+            # its requests down; its threads run at full speed on hwf[w] hardware threads until the
+            # period's quota is used (less what stays stranded in the other CPUs' runtime slices),
+            # then wait for the next period (`_cfs_throttle`). Capacity is the usable quota.
+            hs = hw[w]  # hardware threads serving its requests
+            q_use = 0.0
+            if alloc[b, w, A_QUOTA] > 0.0 and hwf[w] > hw[w] + 1e-9:
+                hs = hwf[w]
+                spread = max(min(hs, nthr) - 1.0, 0.0) * pl[PL_CFS_STRAND_S] / pl[PL_CFS_PERIOD_S]
+                q_use = max(alloc[b, w, A_QUOTA] - spread, 0.1 * alloc[b, w, A_QUOTA])
+                cpu_cap = min(hw[w], q_use) / svc
+            run_cap = max(hs, 1e-9) / svc  # requests/s while it runs
             # disk: miss events per request, each `ios` reads through the shared device queue
             # (t_read) and this app's blkio throttle (a token bucket: M/D/1 wait); a competing
             # sequential stream holds the disk for up to a scheduler slice per event. A thread
@@ -1007,8 +1061,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             # M/M/c on the hardware threads (Erlang C), none at low load, all the pool's threads
             # in saturation. Capacity is the same either way.
             mix = min(1.0, svc / pl[PL_SCHED_SLICE_S])
-            base = max(1.0, min(hw[w], nthr))
-            extra = max(0.0, nthr - hw[w])
+            base = max(1.0, min(hs, nthr))
+            extra = max(0.0, nthr - hs)
             if extra > 0.0 and mix > 0.0:
                 cb = max(1, int(base + 0.5))
                 rho_b = lam_q * svc / cb
@@ -1031,11 +1085,11 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 if p[P_PERTHREAD] > 0.5:  # connections pinned to threads: one queue per server
                     c = 1
                     lam_c = lam_q / servers
-                    mu = cpu_cap / servers
+                    mu = run_cap / servers
                 else:  # one queue for the thread pool
                     c = max(1, int(servers + 0.5))
                     lam_c = lam_q
-                    mu = cpu_cap / c
+                    mu = run_cap / c
                 a = lam_c / mu
                 cw = _erlang_c(c, a) if lam_c > 0.0 else 0.0
                 theta = (c * mu - lam_c) * 2.0 / (1.0 + p[P_CV2])
@@ -1076,6 +1130,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                     wa = 0.0
                     wb = q0 / mu_tot
                 q1 = 0.0
+            if fb <= 0.0 and hs > hw[w]:  # no backlog to wait behind: the quota's throttling
+                fb, wa, wb = _cfs_throttle(lam_q * svc, q_use, hs, pl[PL_CFS_PERIOD_S], svc, p[P_CV2])
             state[b, w, S_Q] = q1
             shift = p[P_BASE_S] + p[P_HOLD_S] + congest + det / mu
             d = dist[b, w]

@@ -6,6 +6,13 @@ where present, memory capacity and bandwidth, a disk and a network link. The def
 PARTIES Table 1 (one socket of a dual Xeon E5-2699 v4, 8 of its 22 cores reserved for network
 interrupts, Sec. 3).
 
+The CORE knob is whole physical cores as cpusets by default (PARTIES Table 3). A small machine
+trades cores in CPU-quota steps instead (`core_mode: quota`, as `hw.LinuxNode` does with
+`cores.mode: quota`): every app then runs on all cores under a CFS quota of its allocation
+(`engine.alloc_rows`), and the kernel models the quota's throttling per CFS period. `knobs` names
+the resources a controller may move on this node (the real node masks what it lacks, e.g. CAT on a
+VM); empty means all of them.
+
 Every quantity is checked against its physical range when a platform is built (counts >= 1,
 capacities and bandwidths > 0, allocation steps > 0 and no larger than what they divide), so a
 platform file either loads or is a `ConfigError` naming the field.
@@ -16,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from env.config import ConfigError, build, load_yaml, require_in, require_positive, resolve_config
 from env.types import Capabilities, Resource
@@ -126,7 +134,15 @@ class Platform:
     sched_slice_ms: float = 4.0  # CFS time slice when threads outnumber hardware threads
     migration_penalty: float = 0.05  # service slowdown during the interval its cores changed
     interval_s: float = 0.5
+    core_mode: Literal["cpuset", "quota"] = "cpuset"  # how the CORE knob is actuated (module docstring)
+    quota_step_cores: float = 0.25  # one CORE move in quota mode
+    cfs_period_ms: float = 100.0  # cpu.cfs_period_us: a CFS quota is granted per period
+    # quota left unused on each further CPU a throttled group runs on: per-CPU runtime is handed out
+    # in slices (sched_cfs_bandwidth_slice_us, 5 ms) and only partly returned (Linux sched-bwc.rst)
+    cfs_stranded_ms: float = 0.0
+    knobs: tuple[str, ...] = ()  # resources a controller may move here (env.types.Resource); () = all
     source: str = ""
+    fitted: tuple[str, ...] = ()  # fields fitted to measurements (`python -m hw.profile`)
 
     def __post_init__(self) -> None:
         f = self.freq
@@ -141,6 +157,10 @@ class Platform:
         for p in self.mba.levels_pct:
             if not 0 < p <= 100:
                 raise ConfigError(f"platform {self.name}: mba.levels_pct must be in 1..100, got {p}")
+        known = [r.value for r in Resource]
+        bad = [k for k in self.knobs if k not in known]
+        if bad:
+            raise ConfigError(f"platform {self.name}.knobs: {bad} unknown; choose from {known}")
         self._check_ranges(f"platform {self.name}")
 
     def _check_ranges(self, where: str) -> None:
@@ -183,6 +203,9 @@ class Platform:
             },
         )
         require_in(where, 1e-3, 60.0, interval_s=self.interval_s)
+        require_in(where, 1.0, 1000.0, cfs_period_ms=self.cfs_period_ms)  # the kernel's 1 ms .. 1 s
+        require_in(where, 0.0, self.cfs_period_ms, cfs_stranded_ms=self.cfs_stranded_ms)
+        require_in(where, 0.01, float(self.cores), quota_step_cores=self.quota_step_cores)
         require_in(where, 1e-9, mem.gb, **{"memory.step_gb": mem.step_gb})
         require_in(where, 1e-9, disk.seq_mbps, **{"disk.step_mbps": disk.step_mbps})
         require_in(where, 1e-9, net.gbps, **{"network.step_gbps": net.step_gbps})
@@ -212,12 +235,17 @@ class Platform:
     def mb_per_way(self) -> float:
         return self.llc.mb / self.llc.ways
 
+    @property
+    def core_step(self) -> float:
+        """One CORE move: a physical core, or a CPU-quota step in quota mode."""
+        return self.quota_step_cores if self.core_mode == "quota" else 1.0
+
     def capabilities(self, apps=()) -> Capabilities:
         return Capabilities(
             node_name=self.name,
             interval_s=self.interval_s,
             cores=float(self.cores),
-            core_step=1.0,
+            core_step=self.core_step,
             llc_ways=self.llc.ways,
             clos_count=self.llc.clos,
             freq_levels_mhz=self.freq_levels_mhz,
@@ -230,7 +258,7 @@ class Platform:
             net_step_gbps=self.network.step_gbps,
             mba_levels_pct=tuple(self.mba.levels_pct),
             turbo=bool(self.freq.turbo_mhz),
-            knobs=frozenset(Resource),
+            knobs=frozenset(Resource(k) for k in self.knobs) if self.knobs else frozenset(Resource),
             apps=tuple(apps),
             min_llc_ways=self.llc.min_ways,
             min_memory_gb=self.memory.step_gb,

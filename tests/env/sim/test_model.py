@@ -347,3 +347,79 @@ def test_cfs_shares_split_a_shared_cpuset_by_weight_and_stay_work_conserving():
     light_weighted, _ = run(0.3, 200_000, 2)
     be = [np.mean([o.be_throughput for o in r[10:]]) for r in (light_thread, light_weighted)]
     assert be[1] == pytest.approx(be[0], rel=0.05) and be[1] > 0  # idle CPU still goes to the BE job
+
+
+# ---- CPU quota mode and CFS bandwidth control (small machines) ----------------------------------
+def _quota_node(**kw):
+    """The 2-core VM platform trading cores in CPU-quota steps (as `hw.LinuxNode` there)."""
+    return dataclasses.replace(load_platform("vm2"), name="vm2-quota", core_mode="quota", **kw)
+
+
+def _web_service():
+    """A CPU-heavy web service on that node (about 1 ms of CPU per request, two worker processes)."""
+    from env.sim.profiles import LcProfile, Reference
+
+    return LcProfile(
+        name="web", description="test service", qos_target_us=20_000, max_load_rps=1500, threads=2,
+        queue="per_thread", frac_llc=0.0, frac_mem=0.0, smt_speed=1.0, base_latency_us=300.0,
+        llc_kappa_mb=1.0, llc_miss_min=0.0, llc_accesses_per_req=0.0, dram_bytes_per_req=0.0,
+        dataset_gb=0.01, zipf=0.9, pages_per_req=0.0, io_kb=4.0, net_bytes_per_req=0.0,
+        threads_follow_cores=False, reference=Reference("vm2", 2),
+    )  # fmt: skip
+
+
+def test_quota_mode_platform_trades_cores_in_quota_steps_on_every_core(tmp_path):
+    """`core_mode: quota`: a CORE move is a quota step; every app runs on all cores under a CFS quota
+    of its cores (split among its group's apps), a group holding every core is no limit, none pauses."""
+    from pathlib import Path
+
+    import yaml
+
+    from env.allocations import unmanaged_allocation
+    from env.sim.engine import alloc_rows, build_layout
+    from env.sim.scenario import AppEntry, Scenario
+
+    pl = _quota_node(quota_step_cores=0.25, knobs=("core", "mem"))
+    caps = pl.capabilities()
+    assert caps.core_step == 0.25 and {k.value for k in caps.knobs} == {"core", "mem"}
+    path = tmp_path / "vmq.yaml"
+    data = yaml.safe_load(Path("configs/node/vm2.yaml").read_text())
+    path.write_text(yaml.safe_dump({**data, "core_mode": "quota", "quota_step_cores": 0.25}))
+    scn = Scenario(name="q", apps=(AppEntry("memcached", load=0.01),), platform=str(path), be=("be_parties",))
+    node = SimNode(scn, seed=0)
+    fair = node.current_allocation()  # PARTIES' fair start: the LC app holds the node, the BE job waits
+    assert (fair["memcached"].cores, fair["be_parties"].cores) == (2.0, 0.0)
+    lay = build_layout(scn)
+    paused = alloc_rows(lay, fair, None)
+    assert paused[0, M.A_QUOTA] == 0.0 and paused[1, M.A_CORES] == paused[2, M.A_CORES] == 0.0
+    split = fair.replace_app("memcached", cores=1.25).replace_app("be_parties", cores=0.75)
+    rows = alloc_rows(lay, split, None)
+    assert set(rows[:, M.A_CORES]) == {2.0} and set(rows[:, M.A_GROUP]) == {0.0}
+    assert rows[0, M.A_QUOTA] == 1.25
+    assert rows[1, M.A_QUOTA] + rows[2, M.A_QUOTA] == pytest.approx(0.75)  # its thread classes share it
+    shared = alloc_rows(lay, unmanaged_allocation(node.capabilities()), None)
+    assert set(shared[:, M.A_QUOTA]) == {0.0}  # the whole node: no quota at all
+    obs = [node.step(split) for _ in range(4)]
+    assert obs[-1].be_throughput > 0 and obs[-1].apps[0].valid
+
+
+def test_a_binding_cfs_quota_makes_requests_wait_for_the_next_period_not_run_slower():
+    """Linux CFS bandwidth control: below its demand's fluctuations a quota throttles the app for
+    the rest of a period, so the tail grows towards the period; a quota above them changes nothing
+    (requests still run at full speed on both cores), a shorter period shortens the waits, and
+    runtime stranded on the other CPU makes the same quota bind harder."""
+    from env.sim.fit import MeasuredPoint, simulate_points
+
+    prof = _web_service()
+    rate = 250.0
+
+    def p99(quota, **node):
+        return float(simulate_points(prof, _quota_node(**node), [MeasuredPoint(rate, quota, 1.0)])[0])
+
+    free, generous, tight = p99(2.0), p99(1.0), p99(0.3)
+    demand = rate * 1e-3  # ~0.25 cores
+    assert generous == pytest.approx(free, rel=0.02)
+    assert tight > 3 * free
+    assert tight < 100_000 * (1 - demand / 2) + 2 * free  # at most about a period's rest
+    assert p99(0.3, cfs_period_ms=20.0) < tight
+    assert p99(0.3, cfs_stranded_ms=3.0) > tight
