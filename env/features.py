@@ -38,19 +38,28 @@ LOG_TARDINESS_SPAN = 2.0  # log10(p99 / target) in [-2, 2] (1/100x .. 100x the t
 
 @dataclass(frozen=True)
 class FeatureConfig:
-    """Node scales that `Capabilities` does not carry (yet).
+    """Node scales that `Capabilities` does not carry (yet), and the sensors the node lacks.
 
     `llc_mb_total` turns an app's LLC occupancy into a fraction of its partition; `mem_bw_peak_gbps`
     turns memory bandwidth into a fraction of the node's peak. Defaults: PARTIES Table 1 (55 MB
-    LLC, ~50 GB/s measured DRAM bandwidth, configs/node/parties.yaml).
+    LLC, ~50 GB/s measured DRAM bandwidth, configs/node/parties.yaml). `unmeasured` names features
+    (of `APP_FEATURES` or `NODE_FEATURES`) that are always 0, as a node that cannot measure them
+    reports them: a policy trained in simulation for a node without resctrl, cpufreq or RAPL (a VM)
+    must not learn from quantities it will never see there.
     """
 
     llc_mb_total: float = 55.0
     mem_bw_peak_gbps: float = 50.0
+    unmeasured: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.llc_mb_total > 0 and self.mem_bw_peak_gbps > 0):
             raise ValueError("features: llc_mb_total and mem_bw_peak_gbps must be positive")
+        object.__setattr__(self, "unmeasured", tuple(self.unmeasured))
+        known = {f.name for f in (*APP_FEATURES, *NODE_FEATURES)}
+        bad = [n for n in self.unmeasured if n not in known]
+        if bad:
+            raise ValueError(f"features.unmeasured: {bad} are not features; choose from {sorted(known)}")
 
 
 @dataclass(frozen=True)
@@ -184,6 +193,8 @@ class ObservationEncoder:
         self.names = tuple(f"app{k}.{f.name}" for k in range(max_apps) for f in APP_FEATURES) + tuple(
             f"node.{f.name}" for f in NODE_FEATURES
         )
+        gone = set(self.config.unmeasured)
+        self._measured = np.array([n.split(".", 1)[1] not in gone for n in self.names])
 
     @property
     def space(self) -> spaces.Box:
@@ -281,6 +292,7 @@ class ObservationEncoder:
             neginf=float(np.finfo(np.float32).min),
         )
         np.clip(x, self.low, self.high, out=x)
+        x *= self._measured
         if out is None:
             return x.astype(np.float32)
         out[:] = x

@@ -157,6 +157,7 @@ def platform_row(pl: Platform) -> np.ndarray:
     r[M.PL_DT] = pl.interval_s
     r[M.PL_CFS_PERIOD_S] = pl.cfs_period_ms / 1000
     r[M.PL_CFS_STRAND_S] = pl.cfs_stranded_ms / 1000
+    r[M.PL_QUOTA_MODE] = float(pl.core_mode == "quota")
     return r
 
 
@@ -324,7 +325,7 @@ def alloc_rows(layout: Layout, alloc: Allocation, prev: Allocation | None) -> np
 
 
 def _quota_cores(r: np.ndarray, a: AppAlloc, node_cores: int, sharers: int) -> None:
-    """Quota mode (`hw.LinuxNode` with `cores.mode: quota`): every app runs on all of the node's
+    """Quota mode (a Linux node whose cores are CFS quotas): every app runs on all of the node's
     cores under a CFS quota of its group's cores split evenly among the group's apps; a group
     holding every core is no limit for its members (the OS time-shares the node: `unmanaged`), and
     no cores pauses the app (the cgroup freezer). The app's own `cpu_quota` caps it further."""

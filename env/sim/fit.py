@@ -15,8 +15,8 @@ Loss per Table 4 cell: the paper reports the highest 10% step met, v, so the sim
 max load x should lie in [v, v + 10): zero inside, squared distance (in 10-point units) outside.
 Per CoCo cell: squared difference of the retainment in 10-point units.
 
-The same machinery fits a profile and a platform to a table measured on a real node (`hw.profile`,
-"bring your own service"): `fit_measured` runs the differential evolution of `evolve` over profile
+The same machinery fits a profile and a platform to a table measured on a real node ("bring your
+own service"): `fit_measured` runs the differential evolution of `evolve` over profile
 and platform fields (`Param.on`) against `MeasuredPoint`s (load, CFS quota, a CPU-bound co-runner;
 the median interval p99 measured), each simulated by `simulate_points` as the deterministic steady
 state of the same kernel. Loss: the mean absolute log ratio of simulated to measured p99 (a median
@@ -408,7 +408,7 @@ def fit_app(app: str, maxiter: int, seed: int, popsize: int = 8) -> dict[str, fl
     return got.values
 
 
-# ---- tables measured on a real node (python -m hw.profile) ---------------------------------------
+# ---- tables measured on a real node ---------------------------------------------------------------
 @dataclass(frozen=True)
 class MeasuredPoint:
     """One operating point measured on a real node: the app alone at `rate_rps` (open loop) under a
@@ -446,17 +446,21 @@ def median_p99_point(requests: float) -> float:
 
 
 def simulate_points(
-    prof: LcProfile, platform: Platform, points: Sequence[MeasuredPoint], steps: int = 8
+    prof: LcProfile,
+    platform: Platform,
+    points: Sequence[MeasuredPoint],
+    steps: int = 8,
+    service_s: float | None = None,
 ) -> np.ndarray:
     """Simulated median interval p99 (us) of each point: the deterministic steady state of the kernel
     after `steps` intervals (analytic, as the calibration's fit), the app's knee derived on
-    `platform` (its reference), its p99 read at `median_p99_point` of an interval's requests.
-    Raises ValueError when the profile cannot meet its target even at no load (`engine.reference_knee`)."""
-    knee = engine.reference_knee(prof, platform)
+    `platform` (its reference) unless its service time is given (`service_s`, s per request), its
+    p99 read at `median_p99_point` of an interval's requests. Raises ValueError when the profile
+    cannot meet its target even at no load (`engine.reference_knee`)."""
+    knee = engine.reference_knee(prof, platform) if service_s is None else (service_s, prof.pages_per_req)
     plat = engine.platform_row(platform)
     lc = engine.lc_row(prof, knee, platform)
-    width = 2 if any(p.be_threads for p in points) else 1
-    arr = M.new_arrays(len(points), width)
+    arr = M.new_arrays(len(points), 2 if any(p.be_threads for p in points) else 1)
     for i, pt in enumerate(points):
         n = pt.rate_rps * platform.interval_s
         arr["plat"][i] = plat
@@ -496,10 +500,12 @@ def apply_values(
 MEASURED_LOSS_INVALID = 1e3  # a candidate the simulator cannot build or run
 
 
-def measured_loss(prof: LcProfile, platform: Platform, points: Sequence[MeasuredPoint]) -> float:
+def measured_loss(
+    prof: LcProfile, platform: Platform, points: Sequence[MeasuredPoint], service_s: float | None = None
+) -> float:
     """Mean |ln(simulated / measured p99)| over `points` (module docstring)."""
     try:
-        sim = simulate_points(prof, platform, points)
+        sim = simulate_points(prof, platform, points, service_s=service_s)
     except ValueError:
         return MEASURED_LOSS_INVALID
     return float(np.mean(log_errors(sim, np.array([p.p99_us for p in points]))))
@@ -516,16 +522,19 @@ def fit_measured(
     popsize: int = 8,
     budget_s: float | None = None,
     on_generation: GenerationHook | None = None,
+    service_s: float | None = None,
 ) -> tuple[LcProfile, Platform, Evolved]:
     """Fit `params` of the profile and the platform to the measured `points` (module docstring):
-    the fitted profile, platform and the search's record."""
+    the fitted profile, platform and the search's record. With `service_s` (a measured CPU time per
+    request) the service time is that, not derived from the profile's max load: the returned
+    profile's max load is then the knee that service time gives (`max_load_for_service`)."""
 
     def loss(values: dict[str, float]) -> float:
         try:
             p, pl = apply_values(prof, platform, params, values)
         except ConfigError:
             return MEASURED_LOSS_INVALID
-        return measured_loss(p, pl, points)
+        return measured_loss(p, pl, points, service_s)
 
     got = evolve(
         params,
@@ -537,7 +546,23 @@ def fit_measured(
         on_generation=on_generation,
     )
     p, pl = apply_values(prof, platform, params, got.values)
+    if service_s is not None:
+        p = dataclasses.replace(p, max_load_rps=max_load_for_service(p, pl, service_s))
     return p, pl, got
+
+
+def max_load_for_service(prof: LcProfile, platform: Platform, service_s: float) -> float:
+    """The max load (rps) whose knee on `platform` (`engine.reference_knee`) is a service time of
+    `service_s`: bisection on its log, the knee's service time falling as the max load grows."""
+    lo, hi = math.log(1e-3), math.log(min(1e9, 1e3 * platform.cores / service_s))
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        s_ref = engine.reference_knee(dataclasses.replace(prof, max_load_rps=math.exp(mid)), platform)[0]
+        if s_ref > service_s:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(0.5 * (lo + hi))
 
 
 def write_fitted(app: str, values: dict[str, float]) -> Path:

@@ -16,7 +16,9 @@ Per interval, per node:
    group's hardware threads are split by weighted max-min over its workloads (weight = shares, the
    kernel's 1024 where unset), each capped by its runnable threads. Antagonists
    pinned to an app's own hyperthreads (PARTIES Table 3 "hyperthread") halve its speed and always
-   make it wait; on the sibling hyperthreads ("CPU") they force the SMT speed.
+   make it wait; on the sibling hyperthreads ("CPU") they force the SMT speed. On a quota-mode
+   platform nothing pins a thread to a core, so a waking thread also waits whenever the other
+   workloads' runnable threads hold every CPU: with probability n_other - (cores - 1), clipped.
 2. **Power and turbo.** Groups capped at the turbo level share one frequency: the turbo bin for the
    number of active cores, lowered until the socket fits its TDP (dynamic power ~ f^3 x power
    factor per busy core). Fixed (userspace) levels are applied as set.
@@ -99,7 +101,8 @@ PL_DISK_NCQ = 31  # NCQ exponent: d outstanding random reads complete at iops x 
 PL_DISK_QD = 32  # the device's command queue depth
 PL_CFS_PERIOD_S = 33  # CFS bandwidth period (cpu.cfs_period_us): a quota is granted per period
 PL_CFS_STRAND_S = 34  # quota stranded on each further CPU a throttled group runs on (per-CPU runtime slices)
-NPL = 35
+PL_QUOTA_MODE = 35  # 1: cores are CPU quotas on every core (no cpuset pins a thread), 0: cpusets
+NPL = 36
 
 # ---- component parameters -----------------------------------------------------------------------
 P_ACTIVE = 0
@@ -669,6 +672,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             runnable = busy[w] + n_other  # a waking thread may find its hardware thread taken
             if runnable > hk:
                 pwait[w] = min(1.0, (runnable - hk) / hk)
+            if pl[PL_QUOTA_MODE] > 0.5:  # unpinned: it waits when the others' threads hold every CPU
+                pwait[w] = max(pwait[w], min(1.0, max(0.0, n_other - (hk - 1.0))))
         # antagonists pinned onto an app's hyperthreads (PARTIES Table 3)
         for a in range(nw):
             pa = prm[b, a]
@@ -983,6 +988,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             io_rate = rate[w] * p[P_PAGES] * mm[w] * p[P_IOS]
             o[O_DISK] = io_rate * max(p[P_IO_KB], 4.0) / 1000.0 + _io_units(p, busy[w], rate[w]) * p[P_SEQ_MB]
             kc = alloc[b, w, A_CORES]
+            if pl[PL_QUOTA_MODE] > 0.5 and alloc[b, w, A_QUOTA] > 0.0:  # its cores are its quota
+                kc = alloc[b, w, A_QUOTA]
             if p[P_KIND] > 0.5:
                 o[O_PROG] = rate[w]
                 o[O_MBW] = mbw_w

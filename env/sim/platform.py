@@ -7,8 +7,8 @@ PARTIES Table 1 (one socket of a dual Xeon E5-2699 v4, 8 of its 22 cores reserve
 interrupts, Sec. 3).
 
 The CORE knob is whole physical cores as cpusets by default (PARTIES Table 3). A small machine
-trades cores in CPU-quota steps instead (`core_mode: quota`, as `hw.LinuxNode` does with
-`cores.mode: quota`): every app then runs on all cores under a CFS quota of its allocation
+trades cores in CPU-quota steps instead (`core_mode: quota`, as a Linux node does whose cores
+are CFS quotas): every app then runs on all cores under a CFS quota of its allocation
 (`engine.alloc_rows`), and the kernel models the quota's throttling per CFS period. `knobs` names
 the resources a controller may move on this node (the real node masks what it lacks, e.g. CAT on a
 VM); empty means all of them.
@@ -142,7 +142,7 @@ class Platform:
     cfs_stranded_ms: float = 0.0
     knobs: tuple[str, ...] = ()  # resources a controller may move here (env.types.Resource); () = all
     source: str = ""
-    fitted: tuple[str, ...] = ()  # fields fitted to measurements (`python -m hw.profile`)
+    fitted: tuple[str, ...] = ()  # fields fitted to measurements on the node
 
     def __post_init__(self) -> None:
         f = self.freq

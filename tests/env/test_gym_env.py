@@ -167,6 +167,25 @@ def test_a_failed_latency_feed_is_flagged_not_faked(started):
     assert np.isfinite(x).all()
 
 
+def test_features_a_node_cannot_measure_are_zero_as_that_node_reports_them(started):
+    """A policy for a VM without resctrl, cpufreq or RAPL is trained with those features at 0."""
+    from env.features import FeatureConfig
+
+    env, _ = started
+    obs, caps = env.observation, env.capabilities
+    full = env.encoder.encode(obs, caps)
+    gone = ("llc_occupancy", "freq_achieved", "power")
+    blind = ObservationEncoder(env.encoder.max_apps, FeatureConfig(unmeasured=gone)).encode(obs, caps)
+    lost = [n for n, a, b in zip(env.encoder.names, full, blind) if a != b]
+    assert lost and all(n.split(".", 1)[1] in gone for n in lost)
+    assert (
+        all(blind[env.encoder.index(f"app0.{n}")] == 0 for n in gone[:2])
+        and full[env.encoder.index("app0.freq_achieved")] > 0
+    )
+    with pytest.raises(ValueError, match="not features"):
+        FeatureConfig(unmeasured=("turbo_temperature",))
+
+
 def test_encoder_refuses_more_apps_than_slots(started):
     env, _ = started
     with pytest.raises(ValueError, match="max_apps=2"):

@@ -423,3 +423,25 @@ def test_a_binding_cfs_quota_makes_requests_wait_for_the_next_period_not_run_slo
     assert tight < 100_000 * (1 - demand / 2) + 2 * free  # at most about a period's rest
     assert p99(0.3, cfs_period_ms=20.0) < tight
     assert p99(0.3, cfs_stranded_ms=3.0) > tight
+
+
+def test_on_a_quota_node_a_waking_thread_waits_when_the_others_hold_every_cpu():
+    """Quota mode pins nothing: beside a CPU-bound BE job whose quota leaves a CPU free the app
+    wakes at once; as the job's quota fills the last CPU the app's requests wait for a CPU (the
+    node's wake-up delay). Its CPU use is reported against its quota, as a real cgroup's is."""
+    from env.sim.fit import MeasuredPoint, simulate_points
+
+    prof = _web_service()
+    node = _quota_node(sched_wakeup_delay_ms=2.0)
+
+    def p99(be_quota):
+        pt = MeasuredPoint(100.0, 0.5, 1.0, be_threads=2 if be_quota else 0, be_quota_cores=be_quota)
+        return float(simulate_points(prof, node, [pt])[0])
+
+    alone, one_cpu_free, most, all_of_it = p99(0.0), p99(1.0), p99(1.5), p99(1.9)
+    assert one_cpu_free == pytest.approx(alone, rel=0.05)  # (time-sharing by runnable threads)
+    assert alone < most < all_of_it
+    assert all_of_it > alone + 2_000  # a wake-up delay of 2 ms, at most every request
+    cpuset_node = dataclasses.replace(node, core_mode="cpuset")  # the oversubscription rule only
+    pt = MeasuredPoint(100.0, 0.5, 1.0, be_threads=2, be_quota_cores=1.5)
+    assert float(simulate_points(prof, cpuset_node, [pt])[0]) == pytest.approx(alone, rel=0.06)
