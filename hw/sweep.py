@@ -21,8 +21,8 @@ Writes `DIR/sweep.json` (every point, the configuration and the machine), `DIR/s
 prints a table. Exit status: 0 done, 1 the real half could not run (not root, no memcached, no
 cgroup, a process or cgroup failed), 2 bad arguments.
 
-The process helpers (`start_memcached`, `LoadgenProcess`, `rt_prefix`, ...) are shared with the
-real-machine tests (tests/hw/test_real_experiments.py).
+The process helpers (`start_memcached`, `start_nginx`, `LoadgenProcess`, `rt_prefix`, ...) are shared
+with the profiler (`hw.profile`) and the real-machine tests (tests/hw/test_real_experiments.py).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -45,8 +46,10 @@ from pathlib import Path
 
 import numpy as np
 
+from env.allocations import unmanaged_allocation
 from env.config import EXIT_BAD_INPUT, ConfigError
-from hw.feed import FeedFormatError, parse_line
+from hw.feed import FeedFormatError, LatencyReading, parse_line
+from hw.linux_node import LinuxNode
 
 ROOT = Path(__file__).resolve().parents[1]
 QUOTA_STEP_CORES = 0.05  # the finest quota the sweep sets (every quota is a multiple of it)
@@ -97,6 +100,79 @@ def start_memcached(port: int, threads: int = 2, memory_mb: int = 64) -> subproc
     return proc
 
 
+NGINX_SSI_DIRECTIVES = 4000  # CPU work per nginx request (about 1.3-2 ms on the project's VM)
+
+
+def child_pids(pid: int) -> list[int]:
+    """The direct children of process `pid` (pgrep -P)."""
+    r = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in r.stdout.split()]
+
+
+def start_nginx(
+    tmp: Path, port: int, workers: int = 2, directives: int = NGINX_SSI_DIRECTIVES
+) -> tuple[subprocess.Popen, list[int]]:
+    """Debian's nginx on 127.0.0.1:`port` (configured and run below `tmp`), `workers` worker
+    processes, serving one page (/index.html) of `directives` server-side-include `set` directives:
+    CPU work per request, a 15-byte body. Returns (master, [master, workers])."""
+    d = tmp / "nginx"
+    (d / "www").mkdir(parents=True)
+    ssi = "".join(f'<!--# set var="v{i % 50}" value="$uri {i}" -->' for i in range(directives))
+    (d / "www" / "index.html").write_text(f"<html>{ssi}ok</html>")
+    temp = "".join(
+        f"  {k}_temp_path {d}/tmp_{k};\n" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    (d / "nginx.conf").write_text(
+        # workers as root: pytest's temporary directories are private to root
+        f"user root;\nworker_processes {workers};\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n"
+        "events { worker_connections 256; }\n"
+        f"http {{\n  access_log off;\n{temp}"
+        f"  server {{ listen 127.0.0.1:{port}; root {d}/www; ssi on; keepalive_requests 100000000; }}\n}}\n"
+    )
+    proc = subprocess.Popen(
+        ["nginx", "-c", str(d / "nginx.conf"), "-p", str(d), "-g", "daemon off;"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_port(port, proc)
+        end = time.monotonic() + 10
+        while len(child_pids(proc.pid)) < workers and time.monotonic() < end:
+            time.sleep(0.05)
+        return proc, [proc.pid, *child_pids(proc.pid)]
+    except BaseException:
+        stop_process(proc)
+        raise
+
+
+def start_be_in(node: LinuxNode, app: str = "be", threads: int = 2) -> subprocess.Popen:
+    """`stress-ng --cpu THREADS` started inside `app`'s cgroups of `node`: a shell joins them (the
+    freezer last: a frozen BE cgroup freezes it there until a controller gives the job a core), then
+    execs it. Its own session, so that `stop_be` kills it whole."""
+    dirs = node.target_ref(app).dirs
+    order = sorted(set(dirs.values()), key=lambda d: d == dirs.get("freezer"))
+    script = f'for f in "$@"; do echo $$ > "$f"; done; exec stress-ng --cpu {int(threads)} --timeout 3600s'
+    return subprocess.Popen(
+        ["sh", "-c", script, "sh", *(str(d / "cgroup.procs") for d in order)],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def stop_be(node: LinuxNode, proc: subprocess.Popen, app: str = "be") -> None:
+    """Kill the BE job and wait until its cgroup is empty (a frozen task dies only once thawed, so
+    the node first gives it cores), so that `node.close()` can remove the cgroup."""
+    if node.current_allocation()[app].cores <= 0:
+        node.apply(unmanaged_allocation(node.capabilities()))
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    procs = node.target_ref(app).dir("cpu") / "cgroup.procs"
+    end = time.monotonic() + 10
+    while procs.read_text().split() and time.monotonic() < end:
+        time.sleep(0.05)
+
+
 def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
     """SIGTERM, then SIGKILL after `timeout_s`; waits (no zombie)."""
     if proc.poll() is None:
@@ -108,8 +184,8 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
             proc.wait()
 
 
-def read_feed(path: Path, app: str, t0: float = 0.0, t1: float = math.inf) -> list[float]:
-    """p99s (us) that `app`'s generator published to the feed file with wall time in [t0, t1]."""
+def read_readings(path: Path, app: str, t0: float = 0.0, t1: float = math.inf) -> list[LatencyReading]:
+    """The intervals `app`'s generator published to the feed file with wall time in [t0, t1]."""
     out = []
     with contextlib.suppress(FileNotFoundError), open(path) as f:
         for line in f:
@@ -118,8 +194,13 @@ def read_feed(path: Path, app: str, t0: float = 0.0, t1: float = math.inf) -> li
             except FeedFormatError:
                 continue
             if r.app == app and t0 <= t <= t1:
-                out.append(r.p99_us)
+                out.append(r)
     return out
+
+
+def read_feed(path: Path, app: str, t0: float = 0.0, t1: float = math.inf) -> list[float]:
+    """p99s (us) that `app`'s generator published to the feed file with wall time in [t0, t1]."""
+    return [r.p99_us for r in read_readings(path, app, t0, t1)]
 
 
 class LoadgenProcess:
@@ -281,7 +362,6 @@ def real_sweep(
 ) -> list[Point]:
     """memcached on this machine at each rate and quota (module docstring)."""
     from hw.config import AppTarget, CoresConfig, FeedConfig, LinuxNodeConfig
-    from hw.linux_node import LinuxNode
 
     why = real_capability()
     if why:
@@ -433,7 +513,8 @@ def write_results(out: Path, cfg: SweepConfig, points: Sequence[Point], notes: d
 
 
 # ---- CLI ------------------------------------------------------------------------------------------
-def _floats(text: str) -> tuple[float, ...]:
+def floats_arg(text: str) -> tuple[float, ...]:
+    """An argparse type: comma-separated numbers."""
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -453,11 +534,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--out", required=True, type=Path, help="output directory")
     ap.add_argument(
-        "--rates", type=_floats, default=d.rates_rps, help="requests/s, comma-separated (5000,20000)"
+        "--rates", type=floats_arg, default=d.rates_rps, help="requests/s, comma-separated (5000,20000)"
     )
     ap.add_argument(
         "--quotas",
-        type=_floats,
+        type=floats_arg,
         default=d.quotas_cores,
         help=f"CPU quotas in cores, multiples of {QUOTA_STEP_CORES} (0.1,0.15,0.25,0.5,1,2)",
     )

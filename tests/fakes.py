@@ -466,3 +466,49 @@ def no_io() -> ExitStack:
     ):
         stack.enter_context(mock.patch(target, _forbidden(what)))
     return stack
+
+
+class SyntheticBench:
+    """A deterministic synthetic service for `hw.profile` (its `Bench` protocol): the median of its
+    interval p99s at a point is the simulator's for a known profile on a known platform (what a fit
+    should recover), each interval's p99 jittered by a seeded lognormal factor, its CPU use the
+    rate times its service time. `measured` lists the points it was asked for; `closed` is set by
+    `close()`; `fail_after` raises RuntimeError on that call (a service that dies mid-run)."""
+
+    def __init__(
+        self, prof, platform, *, jitter: float = 0.05, seed: int = 0, fail_after: int | None = None
+    ) -> None:
+        from env.sim.engine import reference_knee
+
+        self.prof, self.platform, self.jitter, self.seed = prof, platform, jitter, seed
+        self.svc_s = reference_knee(prof, platform)[0]
+        self.fail_after = fail_after
+        self.measured: list[Any] = []
+        self.closed = False
+
+    cores = property(lambda self: float(self.platform.cores))
+    cfs_period_ms = property(lambda self: self.platform.cfs_period_ms)
+    cfs_slice_ms = property(lambda self: 5.0)
+
+    def memory_gb(self) -> float:
+        return 0.05
+
+    def measure(self, point: Any, settle_s: float, measure_s: float) -> Any:
+        import numpy as np
+
+        from env.sim.fit import MeasuredPoint, simulate_points
+        from hw.profile import Window
+
+        if self.fail_after is not None and len(self.measured) >= self.fail_after:
+            raise RuntimeError("the synthetic service died")
+        self.measured.append(point)
+        mp = MeasuredPoint(point.rate_rps, point.quota_cores, 1.0, point.be_threads, point.be_quota_cores)
+        p99 = float(simulate_points(self.prof, self.platform, [mp])[0])
+        rng = np.random.default_rng([self.seed, len(self.measured)])
+        n = max(1, round(measure_s / self.platform.interval_s))
+        p99s = p99 * np.exp(self.jitter * rng.standard_normal(n))
+        cpu = min(point.rate_rps * self.svc_s, point.quota_cores)
+        return Window(tuple(float(x) for x in p99s), LatencyHistogram.of_values_us(p99s), cpu, point.rate_rps)
+
+    def close(self) -> None:
+        self.closed = True

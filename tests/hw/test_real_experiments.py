@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import time
@@ -50,7 +49,16 @@ from env.types import Move
 from harness.registry import make_controller
 from hw.config import AppTarget, CoresConfig, FeedConfig, LinuxNodeConfig, MemoryConfig
 from hw.linux_node import LinuxNode
-from hw.sweep import LoadgenProcess, free_port, rt_prefix, start_memcached, stop_process, wait_port
+from hw.sweep import (
+    LoadgenProcess,
+    free_port,
+    rt_prefix,
+    start_be_in,
+    start_memcached,
+    start_nginx,
+    stop_be,
+    stop_process,
+)
 
 CG = Path("/sys/fs/cgroup")
 INTERVAL_S = 0.5
@@ -63,7 +71,6 @@ MEMCACHED_RPS = 1000.0
 NGINX_LOAD_FRAC = 0.7  # its rate, of its capacity alone: above half (its fair share beside a BE job)
 NGINX_LADDER_TOP_CORES = 1.5  # the capacity search starts at the rate needing this much CPU ...
 NGINX_LADDER_STEP = 0.85  # ... and goes down by this factor until nginx keeps up
-NGINX_SSI_DIRECTIVES = 4000  # CPU work per nginx request (about 2 ms on the project's VM)
 NGINX_PROBE_RPS = 200.0
 SATURATED_US = 100_000.0  # a median interval p99 above this alone: the app cannot keep up
 DECISIVE = 3  # PARTIES vs unmanaged is decided by the majority of this many conclusive attempts ...
@@ -86,11 +93,6 @@ pytestmark = [
 
 
 # ---- the LC services and the BE job ----------------------------------------------------------------
-def child_pids(pid: int) -> list[int]:
-    r = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
-    return [int(x) for x in r.stdout.split()]
-
-
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU time of processes (from /proc/PID/stat)."""
     ticks = 0
@@ -108,66 +110,6 @@ def wait_idle(pids: list[int], timeout_s: float = 20.0) -> None:
         time.sleep(0.5)
         if cpu_seconds(pids) - c0 < 0.05:
             return
-
-
-def start_nginx(tmp: Path, port: int) -> tuple[subprocess.Popen, list[int]]:
-    """Debian's nginx on 127.0.0.1:`port`, 2 workers, serving one page of server-side-include
-    `set` directives (CPU work per request, a 15-byte body): (master, [master, workers])."""
-    d = tmp / "nginx"
-    (d / "www").mkdir(parents=True)
-    ssi = "".join(f'<!--# set var="v{i % 50}" value="$uri {i}" -->' for i in range(NGINX_SSI_DIRECTIVES))
-    (d / "www" / "index.html").write_text(f"<html>{ssi}ok</html>")
-    temp = "".join(
-        f"  {k}_temp_path {d}/tmp_{k};\n" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
-    (d / "nginx.conf").write_text(
-        # workers as root: pytest's temporary directories are private to root
-        f"user root;\nworker_processes 2;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n"
-        "events { worker_connections 256; }\n"
-        f"http {{\n  access_log off;\n{temp}"
-        f"  server {{ listen 127.0.0.1:{port}; root {d}/www; ssi on; keepalive_requests 100000000; }}\n}}\n"
-    )
-    proc = subprocess.Popen(
-        ["nginx", "-c", str(d / "nginx.conf"), "-p", str(d), "-g", "daemon off;"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_port(port, proc)
-        end = time.monotonic() + 10
-        while len(child_pids(proc.pid)) < 2 and time.monotonic() < end:
-            time.sleep(0.05)
-        return proc, [proc.pid, *child_pids(proc.pid)]
-    except BaseException:
-        stop_process(proc)
-        raise
-
-
-def start_be_in(node: LinuxNode, app: str = "be") -> subprocess.Popen:
-    """stress-ng --cpu 2 started inside `app`'s cgroups: a shell joins them (the freezer last: a
-    frozen BE cgroup freezes it there until the controller gives the job a core), then execs it."""
-    dirs = node.target_ref(app).dirs
-    order = sorted(set(dirs.values()), key=lambda d: d == dirs.get("freezer"))
-    script = 'for f in "$@"; do echo $$ > "$f"; done; exec stress-ng --cpu 2 --timeout 600s'
-    return subprocess.Popen(
-        ["sh", "-c", script, "sh", *(str(d / "cgroup.procs") for d in order)],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def stop_be(node: LinuxNode, proc: subprocess.Popen, app: str = "be") -> None:
-    """Kill the BE job and wait until its cgroup is empty (a frozen task dies only once thawed, so
-    the node first gives it cores), so that `node.close()` can remove the cgroup."""
-    if node.current_allocation()[app].cores <= 0:
-        node.apply(unmanaged_allocation(node.capabilities()))
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    procs = node.target_ref(app).dir("cpu") / "cgroup.procs"
-    end = time.monotonic() + 10
-    while procs.read_text().split() and time.monotonic() < end:
-        time.sleep(0.05)
 
 
 @dataclass
@@ -288,14 +230,16 @@ def calibrate(tmp: Path, services: Services) -> dict[str, float]:
 
 
 def node_config(
-    tmp: Path, services: Services, targets: dict[str, float], tag: str, apps=None
+    tmp: Path, services: Services, targets: dict[str, float], tag: str, apps=None, max_loads=None
 ) -> LinuxNodeConfig:
+    """The node of every run: each LC app in a cgroup of its own (max load: `max_loads`, else
+    twice its rate), a BE cgroup, cores as 0.25-core quotas; `tag` names the run (a plain name)."""
     lc = tuple(
         AppTarget(
             a,
             "lc",
             qos_target_us=targets[a],
-            max_load_rps=2 * services.rates[a],
+            max_load_rps=(max_loads or {}).get(a, 2 * services.rates[a]),
             pids=tuple(services.pids[a]),
         )
         for a in (apps or services.pids)
@@ -353,8 +297,10 @@ class RunResult:
         return lines
 
 
-def run_controller(spec: str, tmp: Path, services: Services, targets: dict[str, float]) -> RunResult:
-    cfg = node_config(tmp, services, targets, spec)
+def run_controller(
+    spec: str, tmp: Path, services: Services, targets: dict[str, float], max_loads=None
+) -> RunResult:
+    cfg = node_config(tmp, services, targets, spec.split(":")[0], max_loads=max_loads)
     where = {p: Path(f"/proc/{p}/cgroup").read_text() for ps in services.pids.values() for p in ps}
     node = LinuxNode(cfg)
     be: subprocess.Popen | None = None
@@ -540,3 +486,63 @@ def test_gym_env_steps_on_the_real_node(tmp_path, services):
     assert [quota[t]["be"] for t in range(3)] == [25_000, 50_000, 25_000]
     assert sum(valid) >= 5  # the real feed, fresh on (almost) every step
     assert not (CG / "cpu" / cfg.cgroup_parent).exists()
+
+
+# ---- a policy trained on the profiles hw.profile measured here ---------------------------------------
+POLICY_ENV = "COLOC_REAL_POLICY"  # a policy.pt trained with configs/train/vm.yaml (or its run directory)
+PROFILES = {"memcached": "memcached-vm", "nginx": "nginx-vm"}  # configs/apps/ (python -m hw.profile)
+
+
+def test_a_policy_trained_on_the_fitted_profiles_keeps_qos_with_more_be_than_parties(tmp_path, services):
+    """The learned policy of configs/train/vm.yaml (trained in simulation on the profiles
+    `python -m hw.profile` fitted on this machine) against PARTIES and unmanaged, on the set-up of
+    the test above: QoS guarantee (intervals after the BE start in which every app met its target)
+    and BE throughput of each. Every app's max load is its profile's, so that the policy's load
+    feature means what it meant in training (PARTIES and unmanaged do not read it). An attempt
+    counts when its controls hold (`check_controls`, on the unmanaged run); the policy wins it when
+    its QoS guarantee is at least PARTIES' and its BE throughput is higher. Decided by the majority
+    of `DECISIVE` conclusive attempts of at most `MAX_ATTEMPTS` (about 2.5 minutes each); skips,
+    with the figures, when they do not decide. Runs only when `COLOC_REAL_POLICY` names the policy."""
+    from env.sim.profiles import load_lc_profile
+
+    policy = os.environ.get(POLICY_ENV)
+    if not policy:
+        pytest.skip(f"set {POLICY_ENV} to a policy trained with configs/train/vm.yaml (train.py --config vm)")
+    if "nginx" not in services.pids:
+        pytest.skip("needs nginx (apt install nginx)")
+    max_loads = {a: load_lc_profile(p).max_load_rps for a, p in PROFILES.items()}
+    specs = ("parties", "unmanaged", f"rl:{policy}")
+    majority = DECISIVE // 2 + 1
+    wins: list[bool] = []
+    report: list[str] = []
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        if wins.count(True) >= majority or wins.count(False) >= majority:
+            break
+        tmp = tmp_path / f"attempt{attempt}"
+        tmp.mkdir()
+        lines: list[str] = []
+        try:
+            targets = calibrate(tmp, services)
+            runs = {s.split(":")[0]: run_controller(s, tmp, services, targets, max_loads) for s in specs}
+            lines = comparison(runs, targets, attempt)
+            check_controls(runs["unmanaged"], targets)
+        except Inconclusive as e:
+            lines.append(f"attempt {attempt}: inconclusive: {e}")
+        else:
+            rl, parties = runs["rl"], runs["parties"]
+            won = (
+                rl.qos_guarantee() >= parties.qos_guarantee() and rl.be_throughput() > parties.be_throughput()
+            )
+            wins.append(won)
+            lines.append(
+                f"attempt {attempt}: policy QoS {rl.qos_guarantee():.0%} BE {rl.be_throughput():.3f} vs PARTIES QoS "
+                f"{parties.qos_guarantee():.0%} BE {parties.be_throughput():.3f}: {'won' if won else 'lost'}"
+            )
+        print("\n" + "\n".join(lines))
+        report += lines
+    (tmp_path / "comparison.txt").write_text("\n".join(report) + "\n")
+    if max(wins.count(True), wins.count(False)) < majority:
+        pytest.skip(f"undecided: {len(wins)} conclusive attempts of {MAX_ATTEMPTS} ({wins.count(True)} won)")
+    assert wins.count(True) >= majority, (
+        f"the policy won {wins.count(True)} of {len(wins)} conclusive attempts"
+    )
