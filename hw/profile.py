@@ -884,10 +884,19 @@ def _measured_json(m: Measured) -> dict:
     }
 
 
-def load_measurements(path: Path) -> tuple[Measurements, dict]:
-    """The measurements of an earlier run's profile.json (--from-measurements) and its plan."""
+def load_measurements(path: Path) -> tuple[Measurements, PlanConfig, ServiceInfo]:
+    """The measurements of an earlier run's profile.json (--from-measurements), its plan and the
+    service. The plan is a record (each point carries its half): fields this version does not know
+    are left out, and an earlier run's list of load fractions (`load_fracs`) becomes its range."""
     try:
         data = json.loads(path.read_text())
+        info = ServiceInfo(**data["service"])
+        plan_kw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data["plan"].items()}
+        fracs = plan_kw.pop("load_fracs", None)
+        if fracs:
+            plan_kw.update(load_range=(min(fracs), max(fracs)), n_rates=len(fracs))
+        known = {f.name for f in dataclasses.fields(PlanConfig)}
+        plan = PlanConfig(**{k: v for k, v in plan_kw.items() if k in known})
         node = NodeFacts(**data["node"])
         probe = Probe(**{k: v for k, v in data["probe"].items() if k != "capacity_rps"})
         measured = [
@@ -908,7 +917,7 @@ def load_measurements(path: Path) -> tuple[Measurements, dict]:
             list(data.get("skipped", ())),
             data.get("machine", {}),
         )
-        return m, data["plan"]
+        return m, plan, info
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"--from-measurements {path}: not a profile.json of hw.profile ({e})") from None
 
@@ -1316,10 +1325,8 @@ def run(argv: Sequence[str] | None = None, bench_factory: Callable[..., Any] | N
         )
 
     if args.from_measurements is not None:
-        m, plan_data = load_measurements(args.from_measurements)
-        svc = json.loads(args.from_measurements.read_text())["service"]
-        plan_kw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in plan_data.items()}
-        cfg = dataclasses.replace(config(ServiceInfo(**svc)), plan=PlanConfig(**plan_kw))
+        m, recorded, info = load_measurements(args.from_measurements)
+        cfg = dataclasses.replace(config(info), plan=recorded)
         data = fit_and_report(cfg, m, outputs, progress, _fit_budget(args.budget, started))
         return _done(data)
     sources = [x for x in (args.service, args.pid or None, args.cgroup) if x]

@@ -128,6 +128,35 @@ def test_a_refit_from_the_measurements_reproduces_the_files(tmp_path, configs):
     assert [_data_lines(p) for p in files] == first  # the same seed and data: the same fit
 
 
+def test_a_refit_reads_an_earlier_runs_plan_and_refuses_a_broken_file(tmp_path, configs):
+    """An earlier version's plan (rates as a list of load fractions) is read as its range; a file
+    that is not a profile.json of this tool exits 2 with nothing written."""
+    out = tmp_path / "report"
+    assert run_fake(configs, out)[0] == 0
+    data = json.loads((out / "profile.json").read_text())
+    lo, hi = data["plan"].pop("load_range")
+    data["plan"].pop("n_rates")
+    data["plan"]["load_fracs"] = [lo, (lo + hi) / 2, hi]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    assert run_fake(configs, tmp_path / "refit", "--from-measurements", str(old), "--overwrite")[0] == 0
+    refit = json.loads((tmp_path / "refit" / "profile.json").read_text())
+    assert refit["plan"]["load_range"] == [lo, hi] and refit["plan"]["n_rates"] == 3
+    before = [p.read_text() for p in (configs / "apps" / "syn.yaml", configs / "node" / "syn.yaml")]
+    for broken in (
+        {**data, "plan": {**data["plan"], "passes": 0}},
+        {**data, "service": {"threads": 2}},
+        "[]",
+    ):
+        bad = tmp_path / "bad.json"
+        bad.write_text(broken if isinstance(broken, str) else json.dumps(broken))
+        rc, _ = run_fake(configs, tmp_path / "bad", "--from-measurements", str(bad), "--overwrite")
+        assert rc == EXIT_BAD_INPUT and not (tmp_path / "bad").exists()
+        assert [
+            p.read_text() for p in (configs / "apps" / "syn.yaml", configs / "node" / "syn.yaml")
+        ] == before
+
+
 def _data_lines(path: Path) -> list[str]:
     """The YAML without its comments (they name the report directory)."""
     return [line for line in path.read_text().splitlines() if not line.startswith("#")]
@@ -202,6 +231,7 @@ def test_a_short_real_profile_of_memcached(tmp_path, configs):
     """About 90 s: one pass of a small plan. The mechanics are asserted (the files load, every
     point was measured and simulated, the cgroups are gone, memcached stopped), not the latencies."""
     memcached_before = _memcached_pids()
+    cgroups_before = _profile_cgroups()  # an earlier run killed outright may have left its own
     out = tmp_path / "report"
     argv = [
         "--service", "memcached", "--name", "mc-test", "--out", str(out), "--configs", str(configs),
@@ -218,8 +248,12 @@ def test_a_short_real_profile_of_memcached(tmp_path, configs):
         assert len(rows) >= 3 and all(r["intervals"] >= 2 for r in rows), role
         assert all(np.isfinite(r["p99_us"]) and np.isfinite(r["sim_p99_us"]) for r in rows)
     print("\n" + (out / "report.md").read_text())
-    assert not [p for p in Path("/sys/fs/cgroup/cpu").iterdir() if p.name.startswith("coloc_profile_")]
+    assert _profile_cgroups() <= cgroups_before  # its own cgroups are gone
     assert _memcached_pids() <= memcached_before  # the one it started is stopped
+
+
+def _profile_cgroups() -> set[str]:
+    return {p.name for p in Path("/sys/fs/cgroup/cpu").iterdir() if p.name.startswith("coloc_profile_")}
 
 
 def _memcached_pids() -> set[int]:
