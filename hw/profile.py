@@ -305,8 +305,9 @@ class Measured:
 
     @property
     def background(self) -> float:
-        """The machine's other work during the point's windows, median (cores)."""
-        return float(np.median(self.background_cores)) if self.background_cores else 0.0
+        """The machine's other work during the point's windows, median (cores); NaN when it was not
+        measured (a profile.json of an earlier version)."""
+        return float(np.median(self.background_cores)) if self.background_cores else math.nan
 
     @property
     def p99_us(self) -> float:
@@ -670,7 +671,7 @@ def report_md(data: dict) -> str:
     for r in data["points"]:
         be = f"{r['be_threads']} @ {r['be_quota_cores']:g}" if r["be_threads"] else "-"
         lines.append(
-            f"| {r['role']} | {r['rate_rps']:.0f} | {r['quota_cores']:g} | {be} | {r['background_cores']:.2f} | "
+            f"| {r['role']} | {r['rate_rps']:.0f} | {r['quota_cores']:g} | {be} | {_cores(r['background_cores'])} | "
             f"{r['p99_us']:.0f} | "
             f"{r['p99_q25_us']:.0f}-{r['p99_q75_us']:.0f} | {r['window_p99_us']:.0f} | {r['sim_p99_us']:.0f} | "
             f"{r['error']:+.0%} |"
@@ -678,6 +679,11 @@ def report_md(data: dict) -> str:
     if data.get("skipped"):
         lines += ["", "Left out (demand above the quota's limit): " + "; ".join(data["skipped"])]
     return "\n".join(lines) + "\n"
+
+
+def _cores(x: float | None) -> str:
+    """Cores to 2 decimals; "n/a" for what was not measured (NaN, None in the JSON)."""
+    return "n/a" if x is None or math.isnan(x) else f"{x:.2f}"
 
 
 def plot(rows: Sequence[dict], path: Path, title: str) -> None:

@@ -137,11 +137,18 @@ def test_a_refit_reads_an_earlier_runs_plan_and_refuses_a_broken_file(tmp_path, 
     lo, hi = data["plan"].pop("load_range")
     data["plan"].pop("n_rates")
     data["plan"]["load_fracs"] = [lo, (lo + hi) / 2, hi]
+    for x in data["measurements"]:
+        del x["background_cores"]  # not measured then: "n/a", not 0
     old = tmp_path / "old.json"
     old.write_text(json.dumps(data))
     assert run_fake(configs, tmp_path / "refit", "--from-measurements", str(old), "--overwrite")[0] == 0
     refit = json.loads((tmp_path / "refit" / "profile.json").read_text())
     assert refit["plan"]["load_range"] == [lo, hi] and refit["plan"]["n_rates"] == 3
+    assert (
+        "| 0.00 |" in (out / "report.md").read_text()
+        and "| 0.00 |" not in (tmp_path / "refit" / "report.md").read_text()
+    )
+    assert "| n/a |" in (tmp_path / "refit" / "report.md").read_text()
     before = [p.read_text() for p in (configs / "apps" / "syn.yaml", configs / "node" / "syn.yaml")]
     for broken in (
         {**data, "plan": {**data["plan"], "passes": 0}},
