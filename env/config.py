@@ -56,7 +56,7 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 
 def run_cli(prog: str, body: Callable[[], int]) -> int:
     """`body()`'s exit status; a `ConfigError` becomes "PROG: error: ..." on stderr and
-    `EXIT_BAD_INPUT`, Ctrl-C "interrupted" and `EXIT_INTERRUPTED` (train.py, evaluate.py). SIGTERM
+    `EXIT_BAD_INPUT`, Ctrl-C "interrupted" and `EXIT_INTERRUPTED` (every command-line tool). SIGTERM
     is handled as Ctrl-C (`Terminated`) and exits with 128 + SIGTERM, as a process it stopped would."""
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:

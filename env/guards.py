@@ -30,7 +30,7 @@ Each guard's settings are checked against their range when its config is built (
 
 Which chain where: evaluation uses **clamp only** (`clamp_only()`), so that every baseline is
 judged as its paper describes it (PARTIES Sec. 5, Heracles Sec. 5) and a learned policy gets no
-help the baselines do not get. `serve.py` runs the full chain (a learned policy on a real node must
+help the baselines do not get. Serving runs the full chain (a learned policy on a real node must
 not starve an LC service or swing allocations wildly); training may use any chain from its config.
 The order of `build_guards` is clamp -> emergency -> cooldown -> rate_limit -> lc_floor: clamp first
 turns any output into a well-formed allocation the others can reason about; the floor last so that
@@ -157,7 +157,7 @@ class GuardsConfig:
 
     @classmethod
     def serving(cls) -> GuardsConfig:
-        """Every guard with its defaults (what serve.py starts from)."""
+        """Every guard with its defaults (what serving starts from)."""
         return cls(True, LcFloorConfig(), RateLimitConfig(), CooldownConfig(), EmergencyConfig())
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,8 +1,7 @@
 """The control loop: one tick = observe -> decide -> guards -> apply -> record (DESIGN §2, §3).
 
-The same code runs evaluation (a `SimNode` on a `SimClock`: `evaluate.py`), training callbacks and
-serving (a `LinuxNode` on a `RealClock`: `serve.py`), so a controller is judged exactly as it will
-run. One tick:
+The same code runs evaluation (a `SimNode` on a `SimClock`), training callbacks and serving (a
+real node on a `RealClock`), so a controller is judged exactly as it will run. One tick:
 
 1. `node.observe()`: the interval that just ended. An `OSError` here (a sensor feed died) is
    counted and logged; the tick then records an invalid interval and decides nothing.
@@ -303,7 +302,7 @@ def read_jsonl(path: Any) -> list[TickRecord]:
 # ---- the loop -------------------------------------------------------------------------------------
 @dataclass
 class LoopStats:
-    """Counters over the loop's life (exported by serve.py as Prometheus counters)."""
+    """Counters over the loop's life (serving exports them as Prometheus counters)."""
 
     ticks: int = 0
     applied: int = 0

@@ -1,6 +1,6 @@
 """Evaluation metrics, defined once (DESIGN §5): pure functions over the loop's tick records.
 
-`evaluate.py`, training callbacks and `serve.py` all compute their numbers here. Records are
+Evaluation, training callbacks and serving all compute their numbers here. Records are
 `env.loop.TickRecord`s; each covers one interval `[time_s - interval_s, time_s]`.
 
 Definitions (PARTIES Sec. 5.1-5.4, Heracles Sec. 5, Q-PRM Sec. 6):

@@ -29,7 +29,7 @@ Trace shapes, with peak p, trough b = p * U(0.2, 0.8) and episode length D:
 | `bursty`   | base b with bursts to p, mean gap U(D/6, D/2), mean burst U(3, 15) s      |
 
 Held-out mixes (`HELDOUT_MIXES`) are never drawn when `exclude_heldout` is true, so that
-`evaluate.py` can report performance on mixes a policy never trained on (use `is_heldout`). Loads
+evaluation can report performance on mixes a policy never trained on (use `is_heldout`). Loads
 are continuous, so held-out *loads* are evaluated on these held-out mixes by the `maxload` grid.
 Everything is drawn from the injected `numpy.random.Generator`: same generator state, same scenario.
 """

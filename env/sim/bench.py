@@ -1,4 +1,4 @@
-"""`evaluate.py bench`: simulator speed, measured on one core (timing goals live here, never in tests).
+"""Simulator speed, measured on one core (timing goals live here, never in tests).
 
 Writes `DIR/bench.json` with
 
@@ -16,7 +16,7 @@ Writes `DIR/bench.json` with
 Each figure is the median of `--repeats` timed runs after a warm-up (numba compilation excluded).
 The process pins itself to one CPU where the OS allows it.
 
-`evaluate.py bench` adds benchmarks of the layers above the simulator (the serving loop's overhead).
+The layers above the simulator add their own benchmarks beside these (the serving loop's overhead).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`evaluate.py calibrate`: the papers' experiments run inside the simulator, beside the papers.
+"""The calibration report: the papers' experiments run inside the simulator, beside the papers.
 
 Writes `DIR/calibration.json`, `DIR/calibration.md` and plots:
 
@@ -426,7 +426,7 @@ def goals_met(report: dict) -> dict[str, bool]:
 
 
 # the figure facts, each a section of calibration.json with `holds` and the measured figures (the
-# node-capacity ones, Fig. 5-6 and Sec. 4.3, need controllers and are added by the harness)
+# node-capacity ones, Fig. 5-6 and Sec. 4.3, need controllers and are added by the layer that runs them)
 FIGURE_SECTIONS = ("parties_fig2", "parties_fig3", "parties_fig5", "parties_fig6", "parties_sec43")
 
 

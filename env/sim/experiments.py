@@ -8,7 +8,7 @@ warm-up) is within the target. A set-up can be evaluated
 * *sampled*: run on a `SimNode` (Poisson arrivals, backlog, lags). Over the window, the number of
   requests slower than the target is Binomial(N, p) with p the request-weighted probability of the
   intervals' latency distributions; the window p99 meets the target iff that count is at most
-  N - ceil(0.99 N). This is what `evaluate.py calibrate` reports.
+  N - ceil(0.99 N). This is what the calibration report uses.
 * *analytic*: the deterministic steady state of the same kernel, many set-ups and loads in one
   batched call, with P(the window p99 meets the target) from the same order statistic
   (`engine.meet_probability`); a load is met when that probability is >= 1/2. This is what the

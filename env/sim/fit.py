@@ -7,7 +7,7 @@ core, LLC and DRAM, its miss curve, its SMT speed, its service-time variability 
 client/network latency, its page-popularity skew) are fitted to that app's column of PARTIES Table 4
 and, for memcached, nginx and MongoDB, its row of CoCo Table 1. The knee (max load, Table 2) is not
 fitted: it holds by construction (engine.reference_knee). Everything runs the same simulator code as
-`evaluate.py calibrate` (env.sim.experiments, analytic mode), and the result is written into the
+the calibration report (env.sim.experiments, analytic mode), and the result is written into the
 `configs/apps/<app>.yaml` files (their `fitted:` list names the fitted keys). Re-running it reproduces
 the shipped values (differential evolution with a fixed seed).
 
