@@ -32,10 +32,11 @@ from typing import Any
 from env import metrics as M
 from env.config import ConfigError, plain_data
 from env.guards import GuardsConfig
+from env.outdir import check_out, staged_output
 from env.sim.node import SimNode
 from env.sim.scenario import Scenario
 from harness.maxload import max_level, parse_pcts
-from harness.output import check_out, pmap, staged_output, write_config, write_json
+from harness.output import pmap, write_config, write_json
 from harness.plots import plot_affordable
 from harness.registry import parse_specs
 from harness.runs import RunJob, execute, load_guards_arg, load_scenario_arg, probe

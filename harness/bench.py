@@ -15,8 +15,8 @@ import numpy as np
 
 from env.config import ConfigError, resolve_config
 from env.controller import ControllerContext
+from env.outdir import staged_output
 from env.sim import bench
-from harness.output import staged_output
 from harness.registry import make_controller
 
 SERVE_SPECS = ("parties", "static")  # PARTIES, and a controller that never changes anything

@@ -29,10 +29,11 @@ import numpy as np
 
 from env import metrics as M
 from env.config import resolve_config
+from env.outdir import staged_output
 from env.sim import calibration
 from env.sim.scenario import load_scenario
 from harness.maxload import MaxLoadProtocol, serial_grid
-from harness.output import pmap, staged_output
+from harness.output import pmap
 from harness.runs import RunJob, execute
 
 FIG5_HIGH_PCT = 80.0  # "close to its max load" / "high load"

@@ -11,8 +11,9 @@ import numpy as np
 
 from env.guards import GuardsConfig
 from env.loop import read_jsonl
+from env.outdir import check_out, staged_output
 from env.sim.scenario import Scenario
-from harness.output import check_out, pmap, safe_name, staged_output, write_config, write_json
+from harness.output import pmap, safe_name, write_config, write_json
 from harness.plots import plot_compare, plot_timeline
 from harness.registry import parse_specs
 from harness.runs import RunJob, load_guards_arg, load_scenario_arg, probe, run_summary

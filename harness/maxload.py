@@ -14,9 +14,10 @@ import numpy as np
 from env import metrics as M
 from env.config import ConfigError, plain_data
 from env.guards import GuardsConfig
+from env.outdir import check_out, staged_output
 from env.sim.profiles import load_lc_profile
 from env.sim.scenario import Scenario, simple_scenario
-from harness.output import check_out, pmap, staged_output, write_config, write_json
+from harness.output import pmap, write_config, write_json
 from harness.plots import plot_maxload, plot_violins
 from harness.registry import parse_specs
 from harness.runs import RunJob, execute, lc_app_names, load_guards_arg, probe

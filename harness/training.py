@@ -67,8 +67,8 @@ from agents.rllib.runtime import (
     start_ray,
 )
 from env.config import ConfigError
+from env.outdir import check_creatable, refuse_to_replace
 from harness.compare import run_compare, summary_table
-from harness.output import check_creatable, refuse_to_replace
 from harness.registry import factory_of, parse_specs
 from harness.runs import load_scenario_arg
 

@@ -74,6 +74,7 @@ import yaml
 
 from env.config import CONFIGS, ConfigError, build, plain_data, run_cli
 from env.histogram import LatencyHistogram, merge
+from env.outdir import check_out, staged_output
 from env.sim.fit import MeasuredPoint, Param, fit_measured, simulate_points
 from env.sim.platform import Platform, load_platform
 from env.sim.profiles import LcProfile, Reference
@@ -556,11 +557,7 @@ class Outputs:
                 raise ConfigError(f"{f} was not {MARKER}: it is never overwritten (choose another --name)")
         if out.exists() and not overwrite:
             raise ConfigError(f"--out {out} exists; --overwrite replaces it")
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--out {out} is not a directory")
-        parent = out.resolve().parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise ConfigError(f"--out {out}: {parent} is not a writable directory")
+        check_out(out, overwrite)  # a directory that can be made, never the one you are in
         return o
 
     def reference(self, name: str) -> str:
@@ -623,21 +620,6 @@ def write_configs(files: dict[Path, str]) -> None:
     finally:
         for staged_file in tmps.values():
             staged_file.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def staged(out: Path, overwrite: bool) -> Iterator[Path]:
-    """A staging directory beside `out`, moved into place when the block completes (removed if it
-    fails): a report is there complete or not at all."""
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.resolve().parent))
-    try:
-        yield stage
-        if out.exists() and overwrite:
-            shutil.rmtree(out)
-        os.replace(stage, out)
-    finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)
 
 
 def report_md(data: dict) -> str:
@@ -872,7 +854,7 @@ def fit_and_report(
     ]
     app_text = profile_yaml(prof, header)
     node_text = platform_yaml(pl, [f"{cfg.name}: this node as a simulator platform, {MARKER}", *header[1:]])
-    with staged(outputs.out, outputs.overwrite) as stage:
+    with staged_output(outputs.out, outputs.overwrite) as stage:
         (stage / "profile.json").write_text(json.dumps(plain_data(data), indent=1) + "\n")
         (stage / "report.md").write_text(report_md(plain_data(data)))
         plot(rows, stage / "profile.png", f"{cfg.name}: this node (markers) against the simulator (lines)")
@@ -1414,7 +1396,7 @@ def _bench(
             if args.description:
                 info = dataclasses.replace(info, description=args.description)
             load = LoadSpec(args.name, url, None, rt=not args.no_rt)
-            with _closing(
+            with contextlib.closing(
                 factory(args.name, info)
                 if factory
                 else LinuxBench(args.name, load, tmp, pids=pids, be=args.be_threads > 0)
@@ -1430,18 +1412,10 @@ def _bench(
     bench = factory(args.name, info) if factory else LinuxBench(
         args.name, load, tmp, pids=tuple(args.pid), cgroup=args.cgroup, be=args.be_threads > 0
     )  # fmt: skip
-    with _closing(bench) as b:
+    with contextlib.closing(bench) as b:
         if args.threads is None:
             info = dataclasses.replace(info, threads=int(b.cores))
         yield b, info
-
-
-@contextlib.contextmanager
-def _closing(bench: Any) -> Iterator[Any]:
-    try:
-        yield bench
-    finally:
-        bench.close()
 
 
 def _done(data: dict) -> int:

@@ -1,4 +1,4 @@
-"""harness.output: where --out may be (checked before any work), and what staging removes (only
+"""env.outdir, as the harness protocols use it: where --out may be (checked before any work), and what staging removes (only
 what it created) when a run fails."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from env.config import ConfigError
+from env.outdir import check_out, staged_output
 from harness import bench as harness_bench
 from harness import calibrate as harness_calibrate
-from harness.output import check_out, staged_output
 
 
 def test_out_under_a_file_or_in_proc_is_refused(tmp_path):

@@ -206,6 +206,16 @@ def test_files_it_did_not_write_are_never_replaced(tmp_path, configs):
         assert run_fake(configs, tmp_path / "r2", "--name", name)[0] == EXIT_BAD_INPUT
 
 
+def test_overwrite_never_replaces_the_working_directory(tmp_path, configs, monkeypatch):
+    here = tmp_path / "work"
+    here.mkdir()
+    (here / "notes.txt").write_text("mine")
+    monkeypatch.chdir(here)
+    rc, made = run_fake(configs, Path("."), "--overwrite")
+    assert rc == EXIT_BAD_INPUT and not made  # refused before any measurement
+    assert (here / "notes.txt").read_text() == "mine"
+
+
 def test_a_service_that_dies_mid_run_exits_1_restores_the_node_and_writes_nothing(tmp_path, configs):
     prof, platform = true_service()
     bench = SyntheticBench(prof, platform, fail_after=5)
