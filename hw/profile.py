@@ -72,6 +72,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import yaml
 
+from env.allocations import unmanaged_allocation
 from env.config import CONFIGS, ConfigError, build, plain_data, run_cli
 from env.histogram import LatencyHistogram, merge
 from env.outdir import check_out, staged_output
@@ -973,7 +974,7 @@ class LinuxBench:
             feed=FeedConfig(url=f"file:{workdir / 'node-feed.jsonl'}"),
         )  # fmt: skip
         self._period_us = period_us
-        self.node = LinuxNode(cfg, initial=_unmanaged)
+        self.node = LinuxNode(cfg, initial=unmanaged_allocation)
         self._gen: Any = None
         self._gen_rate = math.nan
         self._feed = workdir / "feed.jsonl"
@@ -1047,7 +1048,7 @@ class LinuxBench:
         """The service under its quota (core group 1), the BE job holding the cores it leaves (group
         0); the whole node: every app unmanaged (no quota at all)."""
         caps = self.node.capabilities()
-        alloc = _unmanaged(caps)
+        alloc = unmanaged_allocation(caps)
         if point.quota_cores >= caps.cores - 1e-9:
             return alloc
         alloc = alloc.replace_app(self.name, cores=point.quota_cores, core_group=1)
@@ -1127,12 +1128,6 @@ def _machine_busy_s() -> float:
     fields = Path("/proc/stat").read_text().splitlines()[0].split()
     user, _nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
     return (user + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def _unmanaged(caps: Any) -> Any:
-    from env.allocations import unmanaged_allocation
-
-    return unmanaged_allocation(caps)
 
 
 def why_not_here() -> str | None:
