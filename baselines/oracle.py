@@ -22,7 +22,10 @@ below it: at Memcached's 600 us that is 2.6% more requests over). Sampled runs o
 give the same q (the sampled queues follow the offered rate): the margin is in the probability, and
 the utilisation cap keeps plans off saturation, where the sampled backlog wanders. Starting from the
 fair allocation matters: memory grows only at the page-fault rate, so an app given more memory than
-its fair share pays the faults of a cold page cache for the whole window (MongoDB, PARTIES Fig. 3).
+it has cached pays the faults of a cold page cache for the whole window (MongoDB, PARTIES Fig. 3).
+On a warm start (`Scenario.page_cache`, model step 4) the pages the apps cached before the manager
+took over stay outside their limits, so what a plan's limits can take from an app is only what it
+faults in since.
 With `verdict: intervals` (the stricter rule of DESIGN sec. 5) P(meet) is that of one interval's p99
 at the window's end and the threshold `interval_meet_prob`.
 
@@ -46,7 +49,8 @@ Search (the numbers are for PARTIES' node):
    it can meet with alone (fewer busy cores draw less power), with the whole LLC (the fewest misses:
    the least memory traffic) and as much of its data set in memory as an allocation can give it (the
    fewest page faults), the node's memory capacity lifted (in a valid allocation the limits fit the
-   node, so it never binds; lifting it makes the company independent of the app's own memory).
+   node, so it never binds; lifting it makes the company independent of the app's own memory; a warm
+   start still fills the caches in the node's real memory, `model.PL_WARM_START`).
    Computed by `minimal_points`, exact for an upward-closed set (the box is first shrunk to where
    minimal points can lie, then boxes are bisected, each round one batch). Memory is searched only
    below the app's data set (more is never resident, model step 4) and disk bandwidth only where
@@ -249,7 +253,7 @@ class AnalyticRun:
     ) -> None:
         self.layout = layout
         self.prm = engine.component_rows(layout)
-        self.plat = engine.platform_row(layout.platform)
+        self.plat = engine.platform_row(layout.platform, layout.warm_start)
         if unbounded_memory:  # every memory limit holds without the others' (model step 4)
             self.plat[M.PL_MEM_GB] = math.inf
         self.dt = layout.platform.interval_s
@@ -651,6 +655,7 @@ def sub_layout(layout: Layout, comps: Sequence[int]) -> Layout:
         tuple(layout.components[w] for w in comps),
         tuple(i for i, w in enumerate(comps) if w in layout.lc),
         {n: idx for n, idx in be.items() if idx},
+        layout.warm_start,
     )
 
 

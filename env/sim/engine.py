@@ -57,6 +57,7 @@ class Layout:
     components: tuple[Component, ...]
     lc: tuple[int, ...]  # component indices of LC apps, in scenario order
     be: dict[str, tuple[int, ...]]  # BE job -> its component indices
+    warm_start: bool = False  # the apps ran unmanaged before the first interval (Scenario.page_cache)
 
     @property
     def n(self) -> int:
@@ -115,13 +116,15 @@ def build_layout(scn: Scenario) -> Layout:
         target = names.index(a.target) if a.target in names else -1
         for c in range(len(prof.classes)):
             comps.append(Component(a.profile, "antagonist", prof, c, target))
-    return Layout(scn.platform_spec, tuple(comps), lc, be)
+    return Layout(scn.platform_spec, tuple(comps), lc, be, scn.page_cache == "warm")
 
 
 # ---- parameters ---------------------------------------------------------------------------------
-def platform_row(pl: Platform) -> np.ndarray:
-    """The platform as the kernel's parameter row (`model.PL_*` columns)."""
+def platform_row(pl: Platform, warm_start: bool = False) -> np.ndarray:
+    """The platform as the kernel's parameter row (`model.PL_*` columns); `warm_start`: the run
+    starts from the apps' page caches warmed unmanaged (`Layout.warm_start`, model step 4)."""
     r = np.zeros(M.NPL)
+    r[M.PL_WARM_START] = pl.memory.gb if warm_start else 0.0  # what the apps warmed their caches in
     r[M.PL_CORES] = pl.cores
     r[M.PL_TPC] = pl.threads_per_core
     r[M.PL_SOCKET_CORES] = pl.socket_cores
@@ -475,7 +478,7 @@ class SimBatch:
         if layout.n > self.W:
             raise ValueError(f"layout has {layout.n} components; this batch holds {self.W}")
         self.layouts[i] = layout
-        self.a["plat"][i] = platform_row(layout.platform)
+        self.a["plat"][i] = platform_row(layout.platform, layout.warm_start)
         self.a["prm"][i] = 0.0
         self.a["prm"][i, : layout.n] = component_rows(layout)
         self.a["alloc"][i] = 0.0

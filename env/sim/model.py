@@ -31,7 +31,12 @@ Per interval, per node:
 4. **Memory capacity.** Resident memory is the most frequently touched pages: a water-filling
    over every component's Zipf page-popularity under its cgroup limit and the node's capacity.
    Touches of non-resident pages are page faults served by the disk. Residency grows at the
-   fault-in rate and shrinks at the reclaim rate (the lags of a MEM move).
+   fault-in rate and shrinks at the reclaim rate (the lags of a MEM move). On a warm start
+   (`PL_WARM_START`: the apps ran unmanaged before the first interval, as services do before a
+   manager takes them over) the pages they faulted in then stay charged outside their cgroups
+   (Linux does not move a task's charges with it): no limit reclaims them, only a shortage of the
+   node's memory does (they are kept by the same water level as the rest). A cgroup's usage, the
+   resident memory reported, is what was charged to it.
 5. **DRAM and uncore.** Traffic = progress x bytes per unit x (miss ratio / reference miss
    ratio). Loaded memory latency grows as u^2/(1-u) with utilisation u; MBA adds a delay per
    access for its CLOS. The same form for uncore (LLC) bandwidth. Batch progress and traffic are
@@ -102,7 +107,8 @@ PL_DISK_QD = 32  # the device's command queue depth
 PL_CFS_PERIOD_S = 33  # CFS bandwidth period (cpu.cfs_period_us): a quota is granted per period
 PL_CFS_STRAND_S = 34  # quota stranded on each further CPU a throttled group runs on (per-CPU runtime slices)
 PL_QUOTA_MODE = 35  # 1: cores are CPU quotas on every core (no cpuset pins a thread), 0: cpusets
-NPL = 36
+PL_WARM_START = 36  # > 0: the node memory (GB) the apps ran unmanaged in before the first interval (model step 4); 0: a cold start
+NPL = 37
 
 # ---- component parameters -----------------------------------------------------------------------
 P_ACTIVE = 0
@@ -170,7 +176,8 @@ S_RATE = 4  # batch: progress rate last interval (units/s)
 S_INIT = 5  # 1 once occupancy and residency were initialised
 S_CAP = 6  # LC: bottleneck capacity last interval (rps)
 S_OFFER = 7  # LC: offered (mean) arrivals this interval, set by the caller before a sampled step; 0 = use `arrivals`
-NS = 8
+S_UNCH = 8  # resident memory charged outside the app's cgroup (warmed before the manager placed it), GB
+NS = 9
 
 # ---- outputs ------------------------------------------------------------------------------------
 O_P99 = 0  # s; NaN when no request was seen
@@ -290,14 +297,17 @@ def _miss_mass(res_pages, data_pages, s):
 
 
 @njit(cache=True)
-def _water_fill(prm_b, need_gb, rate, tau, out, nw):
+def _water_fill(prm_b, need_gb, unch_gb, rate, tau, out, out_unch, nw):
     """Resident GB per component when the kernel keeps every page touched more often than `tau`
-    per second (Zipf popularity; uniform when zipf = 0), capped by each one's need; returns the sum."""
+    per second (Zipf popularity; uniform when zipf = 0); returns the sum. A component's most popular
+    `unch_gb` are charged outside its cgroup (`out_unch`: what of them is kept), the rest to it
+    (`out`: capped by its `need_gb`, the limit)."""
     used = 0.0
     for w in range(nw):
         p = prm_b[w]
         out[w] = 0.0
-        if p[P_ACTIVE] < 0.5 or need_gb[w] <= 0.0:
+        out_unch[w] = 0.0
+        if p[P_ACTIVE] < 0.5 or (need_gb[w] <= 0.0 and unch_gb[w] <= 0.0):
             continue
         npg = p[P_DATA_GB] / PAGE_GB
         touch = max(rate[w] * p[P_PAGES], 1e-12)
@@ -306,9 +316,56 @@ def _water_fill(prm_b, need_gb, rate, tau, out, nw):
             keep = npg if touch / npg >= tau else 0.0
         else:
             keep = (touch / (tau * _harmonic(npg, s))) ** (1.0 / s)
-        out[w] = min(need_gb[w], keep * PAGE_GB)
-        used += out[w]
+        kept = keep * PAGE_GB
+        out_unch[w] = min(unch_gb[w], kept)
+        out[w] = min(max(need_gb[w], 0.0), max(kept - unch_gb[w], 0.0))
+        used += out[w] + out_unch[w]
     return used
+
+
+@njit(cache=True)
+def _fill_memory(prm_b, need_gb, unch_gb, rate, cap_gb, out, out_unch, nw):
+    """Model step 4's targets: the resident GB each component would settle at, `out` charged to its
+    cgroup (at most `need_gb`, its limit less what is charged elsewhere), `out_unch` what the node
+    keeps of the `unch_gb` charged outside it. Within capacity every component keeps all of both;
+    beyond it the kernel keeps the pages touched most often, wherever they are charged (a water
+    level on the per-page touch rate), and what is left at the level goes to the uniformly touched
+    components sitting at it (the level's discontinuity), shared in proportion to their need.
+    Returns True (numba wants a value it can test)."""
+    total = 0.0
+    for w in range(nw):
+        out[w] = 0.0
+        out_unch[w] = 0.0
+        if prm_b[w, P_ACTIVE] > 0.5:
+            total += max(need_gb[w], 0.0) + unch_gb[w]
+    if total <= cap_gb:
+        for w in range(nw):
+            if prm_b[w, P_ACTIVE] > 0.5:
+                out[w] = max(need_gb[w], 0.0)
+                out_unch[w] = unch_gb[w]
+        return True
+    lo = -30.0
+    hi = 30.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if _water_fill(prm_b, need_gb, unch_gb, rate, math.exp(mid), out, out_unch, nw) > cap_gb:
+            lo = mid
+        else:
+            hi = mid
+    used = _water_fill(prm_b, need_gb, unch_gb, rate, math.exp(hi), out, out_unch, nw)
+    left = cap_gb - used
+    want = 0.0
+    for w in range(nw):
+        p = prm_b[w]
+        if p[P_ACTIVE] > 0.5 and p[P_ZIPF] <= 1e-6 and out[w] < need_gb[w]:
+            want += need_gb[w] - out[w]
+    if left > 0.0 and want > 0.0:
+        share = min(1.0, left / want)
+        for w in range(nw):
+            p = prm_b[w]
+            if p[P_ACTIVE] > 0.5 and p[P_ZIPF] <= 1e-6 and out[w] < need_gb[w]:
+                out[w] += share * (need_gb[w] - out[w])
+    return True
 
 
 @njit(cache=True)
@@ -576,6 +633,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
     miss = np.ones(nw)
     slow = np.ones(nw)
     res_t = np.zeros(nw)
+    unch = np.zeros(nw)
+    unch_t = np.zeros(nw)
     mm = np.zeros(nw)
     tmp = np.zeros(nw)
     tmp2 = np.zeros(nw)
@@ -822,58 +881,43 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             miss[w] = f * 0.5 * (m0 + m1) + (1.0 - f) * m1
             state[b, w, S_OCC] = x1
         # ---------------- 4. memory capacity ---------------------------------------------------
-        total_need = 0.0
+        # A warm start: before the first interval the apps ran unmanaged (no limits, the node's
+        # capacity), so their page caches hold what the water level keeps there; those pages stay
+        # charged where they were faulted in, outside the cgroups the manager then puts the apps in
+        # (a moved task's charges do not move: Linux cgroup-v1 memory.txt, move_charge_at_immigrate).
+        if state[b, 0, S_INIT] < 0.5:  # the node's first interval (every component starts at once)
+            for w in range(nw):
+                unch[w] = 0.0
+                tmp[w] = prm[b, w, P_DATA_GB] if prm[b, w, P_ACTIVE] > 0.5 else 0.0
+                res_t[w] = 0.0
+            if pl[PL_WARM_START] > 0.0:
+                _fill_memory(prm[b], tmp, unch, rate, pl[PL_WARM_START], res_t, unch_t, nw)
+            for w in range(nw):
+                state[b, w, S_UNCH] = res_t[w]
         for w in range(nw):
             p = prm[b, w]
-            res_t[w] = 0.0
-            if p[P_ACTIVE] < 0.5:
-                continue
-            tmp[w] = min(p[P_DATA_GB], alloc[b, w, A_MEM])
-            total_need += tmp[w]
-        if total_need <= pl[PL_MEM_GB]:
-            for w in range(nw):
-                if prm[b, w, P_ACTIVE] > 0.5:
-                    res_t[w] = tmp[w]
-        else:
-            # water-filling on page touch rate: keep pages touched more often than tau
-            lo = -30.0
-            hi = 30.0
-            for _ in range(60):
-                mid = 0.5 * (lo + hi)
-                if _water_fill(prm[b], tmp, rate, math.exp(mid), res_t, nw) > pl[PL_MEM_GB]:
-                    lo = mid
-                else:
-                    hi = mid
-            used = _water_fill(prm[b], tmp, rate, math.exp(hi), res_t, nw)
-            # what is left belongs to the uniformly touched components whose per-page rate sits at
-            # the threshold (the water level's discontinuity), shared in proportion to their need
-            left = pl[PL_MEM_GB] - used
-            want = 0.0
-            for w in range(nw):
-                p = prm[b, w]
-                if p[P_ACTIVE] > 0.5 and p[P_ZIPF] <= 1e-6 and res_t[w] < tmp[w]:
-                    want += tmp[w] - res_t[w]
-            if left > 0.0 and want > 0.0:
-                share = min(1.0, left / want)
-                for w in range(nw):
-                    p = prm[b, w]
-                    if p[P_ACTIVE] > 0.5 and p[P_ZIPF] <= 1e-6 and res_t[w] < tmp[w]:
-                        res_t[w] += share * (tmp[w] - res_t[w])
+            unch[w] = state[b, w, S_UNCH] if p[P_ACTIVE] > 0.5 else 0.0
+            tmp[w] = min(p[P_DATA_GB] - unch[w], alloc[b, w, A_MEM]) if p[P_ACTIVE] > 0.5 else 0.0
+        _fill_memory(prm[b], tmp, unch, rate, pl[PL_MEM_GB], res_t, unch_t, nw)
         for w in range(nw):
             p = prm[b, w]
             if p[P_ACTIVE] < 0.5:
                 continue
+            u = unch[w]
+            if unch_t[w] < u:  # global reclaim: the node's memory is short, the limit does not protect them
+                u = max(unch_t[w], u - pl[PL_RECLAIM] * dt)
+                state[b, w, S_UNCH] = u
             r = state[b, w, S_RES]
             if state[b, w, S_INIT] < 0.5:
-                r = res_t[w]
+                r = 0.0 if pl[PL_WARM_START] > 0.0 else res_t[w]
             elif res_t[w] > r:
                 npg = p[P_DATA_GB] / PAGE_GB
-                reads = rate[w] * p[P_PAGES] * _miss_mass(r / PAGE_GB, npg, p[P_ZIPF]) * p[P_IOS]
+                reads = rate[w] * p[P_PAGES] * _miss_mass((u + r) / PAGE_GB, npg, p[P_ZIPF]) * p[P_IOS]
                 r = min(res_t[w], r + reads * max(p[P_IO_KB], 4.0) * 1e-6 * dt)
             else:
                 r = max(res_t[w], r - pl[PL_RECLAIM] * dt)
             state[b, w, S_RES] = r
-            mm[w] = _miss_mass(r / PAGE_GB, p[P_DATA_GB] / PAGE_GB, p[P_ZIPF])
+            mm[w] = _miss_mass((u + r) / PAGE_GB, p[P_DATA_GB] / PAGE_GB, p[P_ZIPF])
         # ---------------- 5/6. DRAM, uncore and service stretch (fixed point) ----------------
         memu = 0.0
         llcu = 0.0

@@ -18,6 +18,12 @@ apps:                      # LC apps; `name` defaults to `app` and must be uniqu
 be: [be_parties]           # best-effort jobs (batch profiles); [] for none
 ```
 
+`page_cache` says how the apps' page caches start: `cold` (the default), as apps started inside
+their cgroups under the first allocation, so the caches hold what that allocation lets them; or
+`warm`, as services that ran unmanaged before the manager took them over: their cached pages stay
+charged where they were faulted in, outside the cgroups the manager then moves them to, so no memory
+limit reclaims them, only a shortage of the node's memory does (model step 4).
+
 `duration_s` is at most a day of simulated time (`MAX_HORIZON_S`), `seed` is >= 0. Load traces are
 documented in `env.sim.traces`. `overrides` on an app entry changes deployment
 parameters only (`threads`, `dataset_gb`, `net_flows`): the app's intrinsic service time stays the
@@ -43,6 +49,7 @@ from env.sim.traces import MAX_HORIZON_S, TraceSpec, parse_trace
 from env.types import AppSpec
 
 DEPLOYMENT_FIELDS = ("threads", "dataset_gb", "net_flows")
+PAGE_CACHE_STARTS = ("warm", "cold")  # Scenario.page_cache (module docstring)
 # domain randomisation: multiplicative factors on physical parameters (`service` scales the
 # derived knee quantity: the service time, or the disk reads per request of an I/O-bound app)
 PERTURBABLE = (
@@ -95,6 +102,7 @@ class Scenario:
     duration_s: float = 120.0
     warmup_s: float = 30.0
     seed: int = 0
+    page_cache: str = "cold"
 
     def __post_init__(self) -> None:
         validate_scenario(self)
@@ -201,6 +209,8 @@ def validate_scenario(s: Scenario) -> None:
         raise ConfigError(f"{where}.duration_s = {s.duration_s:g}: at most {MAX_HORIZON_S:g} s (a day)")
     if s.seed < 0:
         raise ConfigError(f"{where}.seed = {s.seed}: a seed is an integer >= 0")
+    if s.page_cache not in PAGE_CACHE_STARTS:
+        raise ConfigError(f"{where}.page_cache = {s.page_cache!r}: one of {list(PAGE_CACHE_STARTS)}")
     _check_fits(s, where)
 
 
@@ -266,6 +276,7 @@ def simple_scenario(
     name: str = "adhoc",
     antagonists: tuple[AntagonistEntry, ...] = (),
     overrides: dict[str, dict[str, float]] | None = None,
+    page_cache: str = "cold",
 ) -> Scenario:
     """A scenario from code: `apps` maps profile (or `profile:instance`) to a load."""
     if isinstance(apps, list):
@@ -285,4 +296,5 @@ def simple_scenario(
         duration_s=duration_s,
         warmup_s=warmup_s,
         seed=seed,
+        page_cache=page_cache,
     )

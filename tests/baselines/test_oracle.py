@@ -418,8 +418,9 @@ def test_monotonicity_assumption_holds_on_sampled_allocations(apps):
 # ---- mix6-const: what the Oracle plans on today's model ---------------------------------------------
 def test_mix6_const_plan_is_reported_with_its_evidence(capsys):
     """PARTIES Fig. 6 (right). The plan, its verdict and the search's budget are reported; the verdict
-    must be backed: viable -> the plan meets the criterion; infeasible -> an app has no frontier point
-    or no packing of the frontiers fits the node; and the search must cover the space (complete, not
+    must be backed: viable -> the plan meets the criterion; marginal -> every app has a frontier point,
+    but the best plan meets with less than the criterion's probability; infeasible -> an app has no
+    frontier point or no packing of the frontiers fits the node; and the search must cover the space (complete, not
     exhausted) within the default budget."""
     scn = load_scenario(resolve_config("scenarios", "mix6-const"))
     caps = SimNode(scn, seed=0).capabilities()
@@ -453,7 +454,10 @@ def test_mix6_const_plan_is_reported_with_its_evidence(capsys):
     if plan.viable:
         assert r.verdict == "viable"
     else:
-        assert r.verdict in ("infeasible", "unverified")
+        assert r.verdict in ("infeasible", "marginal", "unverified")
+        if r.verdict == "marginal":  # every app can meet, the packings do not with the margin
+            assert all(f.points for f in fronts.values())
+            assert 0.0 < r.best_p_all < CFG.window_meet_prob
         if r.verdict == "infeasible":
             empty = [a for a, f in fronts.items() if not f.points]
             least = {a: min(f.axes.values(p)[0] for p in f.points) for a, f in fronts.items() if f.points}

@@ -202,6 +202,52 @@ def test_memory_is_reclaimed_gradually_and_faults_go_to_disk():
     assert res[-1].disk_mbps > before.disk_mbps
 
 
+def test_a_warm_page_cache_is_charged_outside_the_limit():
+    """Warm start (model step 4): MongoDB ran unmanaged before the first interval, so the pages it
+    cached then stay outside the cgroup the manager puts it in. A 40 GB limit does not reclaim them:
+    fewer reads miss than under the same limit from a cold start, the disk serves fewer of them, and
+    the cgroup reports only what was charged to it since (at most the limit)."""
+    runs = {}
+    for start in ("warm", "cold"):
+        scn = simple_scenario({"mongodb": 0.9}, be=(), page_cache=start)
+        node = SimNode(scn, seed=0, initial=pinned({"mongodb": 8}, memory_gb={"mongodb": 40.0}))
+        runs[start] = [node.step().apps[0] for _ in range(60)]
+    warm, cold = runs["warm"][-1], runs["cold"][-1]
+    assert warm.usage.disk_mbps < 0.8 * cold.usage.disk_mbps
+    assert np.median([a.p99_us for a in runs["warm"]]) < np.median([a.p99_us for a in runs["cold"]])
+    assert cold.usage.memory_gb == pytest.approx(40.0, abs=0.01)
+    assert 0.0 <= warm.usage.memory_gb < 40.0
+
+
+def test_a_warm_page_cache_yields_when_the_node_runs_short_of_memory():
+    """The warm pages no limit protects go when another app's hotter pages need the node's memory
+    (the same water level as every page, model step 4), at the reclaim rate: MongoDB's warm cache
+    fills the node while Memcached idles, and shrinks once Memcached's load rises; Memcached then
+    gets room for its whole data set."""
+    rise = {"kind": "step", "steps": [[0, 0.0], [10, 0.5]]}
+    scn = simple_scenario({"mongodb": 0.5, "memcached": rise}, be=(), page_cache="warm")
+    node = SimNode(
+        scn,
+        seed=0,
+        initial=pinned(
+            {"mongodb": 7, "memcached": 7},
+            ways={"mongodb": 10, "memcached": 10},
+            memory_gb={"mongodb": 1.0, "memcached": 20.0},
+        ),
+    )
+    state = node._sim.a["state"][node._index]
+    node.step()
+    early = state[0, M.S_UNCH]
+    for _ in range(80):
+        obs = node.step()
+    late = state[0, M.S_UNCH]
+    node_gb = load_platform("parties").memory.gb
+    assert early == pytest.approx(node_gb, abs=0.5)  # idle Memcached's pages are touched by nobody
+    # Memcached's hotter pages take its whole data set; MongoDB's warm cache keeps the rest
+    assert late == pytest.approx(node_gb - load_profile("memcached").dataset_gb, abs=0.5)
+    assert obs.apps[1].usage.memory_gb > 0.0  # faulted in since, charged to Memcached
+
+
 def test_unpartitioned_cores_share_and_slow_everyone_down():
     """Unmanaged (PARTIES Sec. 5.2.3): the BE job's 28 threads share the LC app's cores."""
     from env.allocations import fair_allocation, unmanaged_allocation
