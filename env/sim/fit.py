@@ -131,7 +131,7 @@ def coco_setups(app: str) -> list[Setup]:
     return out
 
 
-KNEE_SHAPE_LOAD = 0.5  # PARTIES Sec. 3.2 / Fig. 1: tail latency rises rapidly past 60-80% of max load,
+KNEE_SHAPE_LOAD = 0.5  # PARTIES Sec. 3.2 / Fig. 1: the curves are flat below their knee (max load),
 KNEE_SHAPE_MAX_RATIO = 0.5  # so at half the max load the p99 sits well below the target (at most half)
 
 

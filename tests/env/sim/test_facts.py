@@ -66,6 +66,22 @@ def test_two_mongodb_instances_are_capped_near_160_percent():
     assert fact["detail"]["max_aggregate_load_pct"] < 200
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "known gap (measured max load / max RPS: memcached 0.79, xapian 0.66, nginx 0.94, moses 0.85, "
+        "MongoDB 0.89, Sphinx 0.85; paper: typically 0.6-0.8): the fit sets each knee at max load by "
+        "construction, but nothing places it below the rate where the app starts dropping requests, and "
+        "with NGINX's 10 ms target hundreds of times its service time its queues stay short until saturation. "
+        "Strict: it fails once the model reaches the fact"
+    ),
+)
+def test_each_knee_sits_well_below_the_max_rps():
+    """Sec. 3.2 / Fig. 1: tail latency rises rapidly past a threshold, typically 60-80% of the max
+    RPS (where requests start to drop); that knee is max load."""
+    _check(C.fact_knee_below_drops(seed=0))
+
+
 def test_mongodb_needs_only_one_slow_core():
     """Sec. 3.4.1: MongoDB, I/O dominated, meets QoS at high load on one core at the lowest frequency."""
     assert C._fig2_meets("mongodb", 0.9, 1, C.FIG2_TOP_WAYS, 1200, seed=0)
