@@ -40,6 +40,7 @@ from pathlib import Path
 
 from env import metrics as M
 from env.config import run_cli
+from env.sim.scenario import PAGE_CACHE_STARTS
 from harness.affordable import DEFAULT_CONTROLLERS, run_affordable
 from harness.argtypes import count, non_negative, positive, positive_int
 from harness.bench import run_bench
@@ -178,6 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="when a point is sustained: window = every app's p99 over the measured window meets its "
         "target (PARTIES Sec. 5.1, default); intervals = >= 95%% of the measured intervals meet every target",
     )
+    m.add_argument(
+        "--page-cache",
+        choices=PAGE_CACHE_STARTS,
+        default="cold",
+        help="how each point's apps start: cold = inside their cgroups under the first allocation "
+        "(default); warm = as services that ran unmanaged before the manager took them over, their "
+        "cached pages outside its memory limits (a scenario's page_cache, env.sim.scenario)",
+    )
 
     af = sub.add_parser(
         "affordable",
@@ -315,6 +324,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
             warmup_s=args.warmup_s,
             measure_s=args.measure_s,
             verdict=args.verdict,
+            page_cache=args.page_cache,
             guards=args.guards,
             workers=args.workers,
             overwrite=args.overwrite,

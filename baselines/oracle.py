@@ -1500,7 +1500,7 @@ def _fingerprint(scenario: Scenario) -> tuple:
         (e.app, e.instance, tuple(sorted(e.overrides.items())), tuple(sorted(e.perturb.items())))
         for e in scenario.apps
     )
-    return (scenario.platform, apps, tuple(scenario.be), tuple(scenario.antagonists))
+    return (scenario.platform, apps, tuple(scenario.be), tuple(scenario.antagonists), scenario.page_cache)
 
 
 class OracleController(BaseController):

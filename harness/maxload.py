@@ -16,7 +16,7 @@ from env.config import ConfigError, plain_data
 from env.guards import GuardsConfig
 from env.outdir import check_out, staged_output
 from env.sim.profiles import load_lc_profile
-from env.sim.scenario import Scenario, simple_scenario
+from env.sim.scenario import PAGE_CACHE_STARTS, Scenario, simple_scenario
 from harness.output import pmap, write_config, write_json
 from harness.plots import plot_maxload, plot_violins
 from harness.registry import parse_specs
@@ -41,6 +41,7 @@ class MaxLoadProtocol:
     be: tuple[str, ...] = ("be_parties",)
     guards: GuardsConfig = field(default_factory=GuardsConfig)
     verdict: str = "window"
+    page_cache: str = "cold"  # Scenario.page_cache: how each point's apps start (env.sim.scenario)
 
 
 def instance_names(apps: Sequence[str]) -> list[str]:
@@ -67,6 +68,7 @@ def point_scenario(
         duration_s=proto.warmup_s + proto.measure_s,
         warmup_s=proto.warmup_s,
         seed=seed,
+        page_cache=proto.page_cache,
         name="maxload-" + "-".join(f"{n}{p:g}" for n, p in zip(names, loads_pct)),
     )
 
@@ -289,6 +291,7 @@ def run_maxload(
     warmup_s: float = M.WARMUP_S,
     measure_s: float = M.MEASURE_S,
     verdict: str = "window",
+    page_cache: str = "cold",
     guards: str | None = None,
     workers: int = 2,
     overwrite: bool = False,
@@ -310,6 +313,8 @@ def run_maxload(
     be_jobs = tuple(b for b in be.split(",") if b and b != "none")
     if verdict not in M.VERDICTS:
         raise ConfigError(f"--verdict: one of {list(M.VERDICTS)}, got {verdict!r}")
+    if page_cache not in PAGE_CACHE_STARTS:
+        raise ConfigError(f"--page-cache: one of {list(PAGE_CACHE_STARTS)}, got {page_cache!r}")
     proto = MaxLoadProtocol(
         loads_pct=tuple(int(x) if float(x).is_integer() else x for x in load_list),
         warmup_s=warmup_s,
@@ -319,6 +324,7 @@ def run_maxload(
         be=be_jobs,
         guards=load_guards_arg(guards),
         verdict=verdict,
+        page_cache=page_cache,
     )
     fixed: list[float] = []
     if len(app_list) > 2:
@@ -433,6 +439,7 @@ def maxload_markdown(summary: dict[str, Any], specs: Sequence[str]) -> str:
     lines.append(
         f"Loads {p['loads_pct']} % of max load; warm-up {p['warmup_s']:g} s, measured {p['measure_s']:g} s; "
         f"sustained (verdict `{p['verdict']}`) = {rule}, in every seed of {p['seeds']}."
+        + (" Page caches start warm (env.sim.scenario)." if p.get("page_cache") == "warm" else "")
     )
     if summary["apps"]:
         apps = summary["instances"]

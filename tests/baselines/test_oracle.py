@@ -473,6 +473,13 @@ def at(obs: Observation, t: float, loads: dict[str, float] | None = None) -> Obs
     return dataclasses.replace(obs, time_s=t, apps=apps)
 
 
+def test_plans_are_cached_apart_for_a_warm_and_a_cold_start():
+    """A warm page cache changes what an allocation gives an app (model step 4), so the plan cache
+    keys on it."""
+    cold = mix()
+    assert O._fingerprint(cold) != O._fingerprint(dataclasses.replace(cold, page_cache="warm"))
+
+
 def test_replans_ahead_of_a_step_and_caches_plans():
     O._PLANS.clear()
     step_t = 20.0

@@ -171,6 +171,21 @@ def test_maxload_two_apps_fig5_curve(tmp_path):
     assert (out / "maxload.png").stat().st_size > 0 and "LC EMU" in (out / "summary.md").read_text()
 
 
+def test_maxload_page_cache_warm_keeps_mongodb_cache_outside_the_fair_limit(tmp_path):
+    """--page-cache warm: the points start as services that ran before the manager (model step 4).
+    Under PARTIES' fair start MongoDB's limit is 60 GB; started cold that caps its load beside
+    Memcached at 10%, started warm its cache keeps the rest of the node and it reaches 100%."""
+    best = {}
+    for start in ("cold", "warm"):
+        out = tmp_path / start
+        args = ["maxload", "--apps", "memcached,mongodb", "--controllers", "static", "--loads", "10,60,100"]
+        assert evaluate.main([*args, "--page-cache", start, "--out", str(out), *MAXLOAD_FAST]) == 0
+        s = json.loads((out / "summary.json").read_text())
+        assert s["protocol"]["page_cache"] == start
+        best[start] = s["results"]["static"]["max_last_load_pct"][0]
+    assert best["cold"] < 100.0 and best["warm"] == 100.0
+
+
 def test_maxload_heatmap_for_three_apps_and_mixes(tmp_path):
     out = tmp_path / "ml3"
     rc = evaluate.main(
