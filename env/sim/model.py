@@ -300,8 +300,8 @@ def _miss_mass(res_pages, data_pages, s):
 def _water_fill(prm_b, need_gb, unch_gb, rate, tau, out, out_unch, nw):
     """Resident GB per component when the kernel keeps every page touched more often than `tau`
     per second (Zipf popularity; uniform when zipf = 0); returns the sum. A component's most popular
-    `unch_gb` are charged outside its cgroup (`out_unch`: what of them is kept), the rest to it
-    (`out`: capped by its `need_gb`, the limit)."""
+    `unch_gb` are charged outside its cgroup (`out_unch`: what of them is kept; all of a batch
+    job's), the rest to it (`out`: capped by its `need_gb`, the limit)."""
     used = 0.0
     for w in range(nw):
         p = prm_b[w]
@@ -317,7 +317,8 @@ def _water_fill(prm_b, need_gb, unch_gb, rate, tau, out, out_unch, nw):
         else:
             keep = (touch / (tau * _harmonic(npg, s))) ** (1.0 / s)
         kept = keep * PAGE_GB
-        out_unch[w] = min(unch_gb[w], kept)
+        # a batch job's memory is anonymous: without swap no reclaim takes it (an LC app's is cache)
+        out_unch[w] = unch_gb[w] if p[P_KIND] > 0.5 else min(unch_gb[w], kept)
         out[w] = min(max(need_gb[w], 0.0), max(kept - unch_gb[w], 0.0))
         used += out[w] + out_unch[w]
     return used
@@ -635,6 +636,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
     res_t = np.zeros(nw)
     unch = np.zeros(nw)
     unch_t = np.zeros(nw)
+    wrate = np.zeros(nw)
     mm = np.zeros(nw)
     tmp = np.zeros(nw)
     tmp2 = np.zeros(nw)
@@ -890,8 +892,10 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 unch[w] = 0.0
                 tmp[w] = prm[b, w, P_DATA_GB] if prm[b, w, P_ACTIVE] > 0.5 else 0.0
                 res_t[w] = 0.0
+                # touched as they ran unmanaged: an LC app at its load, a batch class on every thread
+                wrate[w] = prm[b, w, P_THREADS] if prm[b, w, P_KIND] > 0.5 else rate[w]
             if pl[PL_WARM_START] > 0.0:
-                _fill_memory(prm[b], tmp, unch, rate, pl[PL_WARM_START], res_t, unch_t, nw)
+                _fill_memory(prm[b], tmp, unch, wrate, pl[PL_WARM_START], res_t, unch_t, nw)
             for w in range(nw):
                 state[b, w, S_UNCH] = res_t[w]
         for w in range(nw):

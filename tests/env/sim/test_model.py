@@ -248,6 +248,32 @@ def test_a_warm_page_cache_yields_when_the_node_runs_short_of_memory():
     assert obs.apps[1].usage.memory_gb > 0.0  # faulted in since, charged to Memcached
 
 
+def test_a_warm_batch_job_keeps_its_anonymous_memory():
+    """A batch job's memory is anonymous: it warmed with the rest (touched as it ran unmanaged), and
+    without swap no shortage of node memory reclaims it, even while the job idles on no cores. So
+    when it gets a core it does not fault its arrays in through MongoDB's disk."""
+    scn = simple_scenario({"mongodb": 0.9, "memcached": 0.1}, page_cache="warm")
+    node = SimNode(
+        scn,
+        seed=0,
+        initial=pinned(
+            {"mongodb": 7, "memcached": 7},
+            ways={"mongodb": 9, "memcached": 9, "be_parties": 2},
+            memory_gb={"be_parties": 1.0},
+        ),
+    )
+    state = node._sim.a["state"][node._index]
+    be = list(node._sim.layouts[node._index].be["be_parties"])
+    data = node._sim.a["prm"][node._index, be, M.P_DATA_GB]
+    for _ in range(10):
+        node.step()
+    alloc = node.current_allocation()
+    alloc = alloc.replace_app("memcached", cores=6.0).replace_app("be_parties", cores=1.0)
+    tails = [node.step(alloc).apps[0].tardiness for _ in range(10)]
+    np.testing.assert_allclose(state[be, M.S_UNCH], data)
+    assert max(tails) < 1.0
+
+
 def test_unpartitioned_cores_share_and_slow_everyone_down():
     """Unmanaged (PARTIES Sec. 5.2.3): the BE job's 28 threads share the LC app's cores."""
     from env.allocations import fair_allocation, unmanaged_allocation
