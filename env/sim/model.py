@@ -331,8 +331,7 @@ def _fill_memory(prm_b, need_gb, unch_gb, rate, cap_gb, out, out_unch, nw):
     keeps of the `unch_gb` charged outside it. Within capacity every component keeps all of both;
     beyond it the kernel keeps the pages touched most often, wherever they are charged (a water
     level on the per-page touch rate), and what is left at the level goes to the uniformly touched
-    components sitting at it (the level's discontinuity), shared in proportion to their need.
-    Returns True (numba wants a value it can test)."""
+    components sitting at it (the level's discontinuity), shared in proportion to their need."""
     total = 0.0
     for w in range(nw):
         out[w] = 0.0
@@ -344,7 +343,7 @@ def _fill_memory(prm_b, need_gb, unch_gb, rate, cap_gb, out, out_unch, nw):
             if prm_b[w, P_ACTIVE] > 0.5:
                 out[w] = max(need_gb[w], 0.0)
                 out_unch[w] = unch_gb[w]
-        return True
+        return
     lo = -30.0
     hi = 30.0
     for _ in range(60):
@@ -366,7 +365,6 @@ def _fill_memory(prm_b, need_gb, unch_gb, rate, cap_gb, out, out_unch, nw):
             p = prm_b[w]
             if p[P_ACTIVE] > 0.5 and p[P_ZIPF] <= 1e-6 and out[w] < need_gb[w]:
                 out[w] += share * (need_gb[w] - out[w])
-    return True
 
 
 @njit(cache=True)

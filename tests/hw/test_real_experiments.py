@@ -35,7 +35,8 @@ import shutil
 import statistics
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -405,6 +406,58 @@ def check_controls(unmanaged: RunResult, targets: dict[str, float]) -> None:
         )
 
 
+@dataclass
+class Attempts:
+    """What `decide_by_attempts` saw: per conclusive attempt whether it went as the test expects
+    (and the text of each that did not), and why the others were inconclusive."""
+
+    expected: list[bool] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    inconclusive: list[str] = field(default_factory=list)
+
+
+def decide_by_attempts(
+    tmp_path: Path,
+    services: Services,
+    specs: Sequence[str],
+    judge: Callable[[dict[str, RunResult], dict[str, float]], tuple[bool, list[str]]],
+    max_loads: dict[str, float] | None = None,
+) -> Attempts:
+    """Attempts, each a calibration and one run of every spec back to back, until `DECISIVE // 2 + 1`
+    conclusive ones went the same way or `MAX_ATTEMPTS` were made. An attempt counts when its controls
+    hold (`check_controls`, on the unmanaged run); `judge` says whether it went as expected, the first
+    of its lines being the attempt's verdict. Every attempt's lines are printed and written to
+    comparison.txt."""
+    majority = DECISIVE // 2 + 1
+    seen = Attempts()
+    report: list[str] = []
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        if seen.expected.count(True) >= majority or seen.expected.count(False) >= majority:
+            break
+        tmp = tmp_path / f"attempt{attempt}"
+        tmp.mkdir()
+        lines: list[str] = []
+        try:
+            targets = calibrate(tmp, services)
+            runs = {s.split(":")[0]: run_controller(s, tmp, services, targets, max_loads) for s in specs}
+            lines = comparison(runs, targets, attempt)
+            check_controls(runs["unmanaged"], targets)
+        except Inconclusive as e:
+            seen.inconclusive.append(f"attempt {attempt}: {e}")
+            lines.append(f"attempt {attempt}: inconclusive: {e}")
+        else:
+            ok, said = judge(runs, targets)
+            seen.expected.append(ok)
+            if not ok:
+                seen.failures.append(said[0])
+            lines.append(f"attempt {attempt}: {said[0]}")
+            lines += said[1:]
+        print("\n" + "\n".join(lines))
+        report += lines
+    (tmp_path / "comparison.txt").write_text("\n".join(report) + "\n")
+    return seen
+
+
 def test_parties_restores_qos_after_a_be_job_starts_and_unmanaged_does_not(tmp_path, services):
     """Decided by the majority of `DECISIVE` conclusive attempts, each a calibration, one PARTIES run
     and one unmanaged run back to back (about 90 s): the CPUs of a small VM change speed over
@@ -412,41 +465,24 @@ def test_parties_restores_qos_after_a_be_job_starts_and_unmanaged_does_not(tmp_p
     and some miss by chance. Skips, with the figures, when `MAX_ATTEMPTS` attempts do not decide it."""
     if "nginx" not in services.pids:
         pytest.skip("needs nginx (apt install nginx): the CPU-bound LC app a BE job really hurts here")
+
+    def judge(runs: dict[str, RunResult], targets: dict[str, float]) -> tuple[bool, list[str]]:
+        wrong = outcome(runs, targets)
+        if not wrong:
+            return True, ["as expected"]
+        # the timelines of a failed attempt, to see what went wrong
+        return False, ["; ".join(wrong), *(t for run in runs.values() for t in run.timeline(list(targets)))]
+
+    seen = decide_by_attempts(tmp_path, services, ("parties", "unmanaged"), judge)
     majority = DECISIVE // 2 + 1
-    verdicts: list[list[str]] = []  # conclusive attempts: what each got wrong (empty: as expected)
-    inconclusive: list[str] = []  # why the others were not
-    report: list[str] = []
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        if sum(not v for v in verdicts) >= majority or sum(bool(v) for v in verdicts) >= majority:
-            break
-        tmp = tmp_path / f"attempt{attempt}"
-        tmp.mkdir()
-        lines: list[str] = []
-        try:
-            targets = calibrate(tmp, services)
-            runs = {spec: run_controller(spec, tmp, services, targets) for spec in ("parties", "unmanaged")}
-            lines = comparison(runs, targets, attempt)
-            check_controls(runs["unmanaged"], targets)
-        except Inconclusive as e:
-            inconclusive.append(f"attempt {attempt}: {e}")
-            lines.append(f"attempt {attempt}: inconclusive: {e}")
-        else:
-            verdicts.append(outcome(runs, targets))
-            lines.append(f"attempt {attempt}: " + ("; ".join(verdicts[-1]) or "as expected"))
-            if verdicts[-1]:  # the timelines of a failed attempt, to see what went wrong
-                lines += [t for run in runs.values() for t in run.timeline(list(targets))]
-        print("\n" + "\n".join(lines))
-        report += lines
-    (tmp_path / "comparison.txt").write_text("\n".join(report) + "\n")
-    failed = [v for v in verdicts if v]
-    assert len(failed) < majority, (
-        f"{len(failed)} of {len(verdicts)} conclusive attempts failed: "
-        + " | ".join("; ".join(v) for v in failed)
+    failed = seen.expected.count(False)
+    assert failed < majority, f"{failed} of {len(seen.expected)} conclusive attempts failed: " + " | ".join(
+        seen.failures
     )
-    if len(verdicts) - len(failed) < majority:
+    if len(seen.expected) - failed < majority:
         pytest.skip(
-            f"the machine was too unsteady to decide: {len(verdicts)} conclusive attempts of {MAX_ATTEMPTS} "
-            f"({len(failed)} failed); inconclusive: " + " | ".join(inconclusive)
+            f"the machine was too unsteady to decide: {len(seen.expected)} conclusive attempts of {MAX_ATTEMPTS} "
+            f"({failed} failed); inconclusive: " + " | ".join(seen.inconclusive)
         )
 
 
@@ -511,36 +547,18 @@ def test_a_policy_trained_on_the_fitted_profiles_keeps_qos_with_more_be_than_par
     if "nginx" not in services.pids:
         pytest.skip("needs nginx (apt install nginx)")
     max_loads = {a: load_lc_profile(p).max_load_rps for a, p in PROFILES.items()}
-    specs = ("parties", "unmanaged", f"rl:{policy}")
+
+    def judge(runs: dict[str, RunResult], targets: dict[str, float]) -> tuple[bool, list[str]]:
+        rl, parties = runs["rl"], runs["parties"]
+        won = rl.qos_guarantee() >= parties.qos_guarantee() and rl.be_throughput() > parties.be_throughput()
+        return won, [
+            f"policy QoS {rl.qos_guarantee():.0%} BE {rl.be_throughput():.3f} vs PARTIES QoS "
+            f"{parties.qos_guarantee():.0%} BE {parties.be_throughput():.3f}: {'won' if won else 'lost'}"
+        ]
+
+    seen = decide_by_attempts(tmp_path, services, ("parties", "unmanaged", f"rl:{policy}"), judge, max_loads)
+    wins = seen.expected
     majority = DECISIVE // 2 + 1
-    wins: list[bool] = []
-    report: list[str] = []
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        if wins.count(True) >= majority or wins.count(False) >= majority:
-            break
-        tmp = tmp_path / f"attempt{attempt}"
-        tmp.mkdir()
-        lines: list[str] = []
-        try:
-            targets = calibrate(tmp, services)
-            runs = {s.split(":")[0]: run_controller(s, tmp, services, targets, max_loads) for s in specs}
-            lines = comparison(runs, targets, attempt)
-            check_controls(runs["unmanaged"], targets)
-        except Inconclusive as e:
-            lines.append(f"attempt {attempt}: inconclusive: {e}")
-        else:
-            rl, parties = runs["rl"], runs["parties"]
-            won = (
-                rl.qos_guarantee() >= parties.qos_guarantee() and rl.be_throughput() > parties.be_throughput()
-            )
-            wins.append(won)
-            lines.append(
-                f"attempt {attempt}: policy QoS {rl.qos_guarantee():.0%} BE {rl.be_throughput():.3f} vs PARTIES QoS "
-                f"{parties.qos_guarantee():.0%} BE {parties.be_throughput():.3f}: {'won' if won else 'lost'}"
-            )
-        print("\n" + "\n".join(lines))
-        report += lines
-    (tmp_path / "comparison.txt").write_text("\n".join(report) + "\n")
     if max(wins.count(True), wins.count(False)) < majority:
         pytest.skip(f"undecided: {len(wins)} conclusive attempts of {MAX_ATTEMPTS} ({wins.count(True)} won)")
     assert wins.count(True) >= majority, (
