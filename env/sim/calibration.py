@@ -40,13 +40,13 @@ from env.sim.experiments import (
     Setup,
     alone,
     analytic_outputs,
+    knee_over_max_rps,
     mongodb_memory,
     mongodb_pair,
     moses_fungibility,
     sampled_window_meet,
     with_antagonist,
 )
-from env.sim.profiles import load_lc_profile
 from env.sim.traces import MAX_LOAD_MULTIPLE
 
 APPS = ("memcached", "xapian", "nginx", "moses", "mongodb", "sphinx")
@@ -328,25 +328,16 @@ def fact_mongodb_pair(seed: int) -> dict:
     }
 
 
-KNEE_OF_MAX_RPS = (0.6, 0.8)  # PARTIES Sec. 3.2: the knee sits "typically between 60% and 80%" of the max RPS
-OVERLOAD = 3.0  # x max load: far past every app's knee, where the node serves its max RPS and drops the rest
+KNEE_OF_MAX_RPS = F.KNEE_OF_MAX_RPS  # PARTIES Sec. 3.2: "typically between 60% and 80%" of the max RPS
 
 
 def fact_knee_below_drops(seed: int) -> dict:
-    """PARTIES Sec. 3.2 / Fig. 1: load rises "until the application starts dropping requests"; tail
-    latency rises rapidly past "a load threshold, typically between 60% and 80% of their maximum
-    RPS", and that knee is max load. Per app alone (the Table 2 set-up, deterministic steady state):
-    max load over the max RPS, the rate it serves when offered `OVERLOAD` x max load. The fact holds
-    when most apps (4 of 6) sit in the range: an app whose knee is at its max RPS gives a controller
-    no warning between meeting its target with room and dropping requests."""
+    """PARTIES Sec. 3.2 / Fig. 1 (`experiments.knee_over_max_rps`): max load over the max RPS per
+    app alone. The fact holds when most apps (4 of 6) sit in the range: an app whose knee is at its
+    max RPS gives a controller no warning between meeting its target with room and dropping
+    requests."""
     del seed  # deterministic
-    loads = np.array([OVERLOAD])
-    out, _, lc = analytic_outputs([alone(a) for a in APPS], loads)
-    frac = {}
-    for i, app in enumerate(APPS):
-        w = int(np.argmax(lc[i, 0]))
-        served = float(out[i, 0, w, M.O_SERVED])
-        frac[app] = round(load_lc_profile(app).max_load_rps / served, 3) if served > 0 else None
+    frac = {a: (None if f is None else round(f, 3)) for a, f in knee_over_max_rps(APPS).items()}
     lo, hi = KNEE_OF_MAX_RPS
     inside = [a for a, f in frac.items() if f is not None and lo <= f <= hi]
     return {

@@ -31,6 +31,7 @@ from env.sim import model as M
 from env.sim.engine import Layout, alloc_rows, build_layout, component_rows, meet_probability, platform_row
 from env.sim.node import SimNode
 from env.sim.platform import load_platform
+from env.sim.profiles import load_lc_profile
 from env.sim.scenario import AntagonistEntry, Scenario, simple_scenario
 from env.types import Allocation, AppAlloc, Capabilities
 
@@ -250,6 +251,24 @@ def analytic_outputs(
         (arr["arrivals"] / dt).reshape(*shape, width),
         lc_mask.reshape(*shape, width),
     )
+
+
+OVERLOAD = 3.0  # x max load: far past every app's knee, where the node serves its max RPS and drops the rest
+
+
+def knee_over_max_rps(apps: Sequence[str]) -> dict[str, float | None]:
+    """PARTIES Sec. 3.2 / Fig. 1: load rises "until the application starts dropping requests", and
+    tail latency rises rapidly past "a load threshold, typically between 60% and 80% of their
+    maximum RPS"; that knee is max load. Per app alone on its reference allocation (the Table 2
+    set-up, deterministic steady state): max load over the max RPS, the rate served when offered
+    `OVERLOAD` x max load (None if nothing is served)."""
+    out, _, lc = analytic_outputs([alone(a) for a in apps], np.array([OVERLOAD]))
+    frac: dict[str, float | None] = {}
+    for i, app in enumerate(apps):
+        w = int(np.argmax(lc[i, 0]))
+        served = float(out[i, 0, w, M.O_SERVED])
+        frac[app] = load_lc_profile(app).max_load_rps / served if served > 0 else None
+    return frac
 
 
 def analytic_meet(
