@@ -36,6 +36,7 @@ from env.sim import fit as F
 from env.sim import model as M
 from env.sim.experiments import (
     FUNGIBLE_TUPLES,
+    KNEE_OF_MAX_RPS,
     SMALL_TUPLE,
     Setup,
     alone,
@@ -326,9 +327,6 @@ def fact_mongodb_pair(seed: int) -> dict:
         "holds": 130.0 <= best <= 190.0,
         "detail": {"max_aggregate_load_pct": best, "paper_pct": 160, "accepted_range_pct": [130, 190]},
     }
-
-
-KNEE_OF_MAX_RPS = F.KNEE_OF_MAX_RPS  # PARTIES Sec. 3.2: "typically between 60% and 80%" of the max RPS
 
 
 def fact_knee_below_drops(seed: int) -> dict:

@@ -253,6 +253,7 @@ def analytic_outputs(
     )
 
 
+KNEE_OF_MAX_RPS = (0.6, 0.8)  # PARTIES Sec. 3.2: max load sits "typically between 60% and 80%" of the max RPS
 OVERLOAD = 3.0  # x max load: far past every app's knee, where the node serves its max RPS and drops the rest
 
 

@@ -138,7 +138,6 @@ def coco_setups(app: str) -> list[Setup]:
     return out
 
 
-KNEE_OF_MAX_RPS = (0.6, 0.8)  # PARTIES Sec. 3.2: max load sits "typically between 60% and 80%" of the max RPS
 KNEE_SHAPE_LOAD = 0.5  # PARTIES Sec. 3.2 / Fig. 1: the curves are flat below their knee (max load),
 KNEE_SHAPE_MAX_RATIO = 0.5  # so at half the max load the p99 sits well below the target (at most half)
 
@@ -319,7 +318,7 @@ def objective(app: str, values: dict[str, float]) -> tuple[float, dict, dict]:
         half = half_load_p99_ratio(app)
         cc = {**cc, "p99_over_target_at_50pct": half}
         loss += 40.0 * max(0.0, half - KNEE_SHAPE_MAX_RATIO) ** 2
-        # Sec. 3.2: the knee sits below the max RPS (KNEE_OF_MAX_RPS), so that latency warns before
+        # Sec. 3.2: the knee sits below the max RPS (experiments.KNEE_OF_MAX_RPS), so that latency warns before
         # requests drop; reported, not fitted, so that the shipped profiles stay this loss's optimum
         knee = knee_over_max_rps([app])[app]
         cc = {**cc, "max_load_over_max_rps": knee if knee is not None else math.nan}
