@@ -97,6 +97,7 @@ MARKER = "written by `python -m hw.profile`"  # a file without it is never overw
 QUOTA_RESOLUTION_CORES = 0.01  # quotas are set in hundredths of a core
 GENERATOR_START_S = 3.0  # a generator's start and warm-up, for the time estimate
 FIT_ESTIMATE_S = 60.0  # the fit's share of the time estimate (its budget is what is left)
+BUSY_LOAD_PER_CPU = 0.5  # 1-minute load average per CPU before measuring above which the node is busy
 MIN_POINTS_PER_HALF = 3  # measured points alone in each half (fitted, held out), at least
 Progress = Callable[[str], None]
 Role = Literal["fit", "heldout"]
@@ -623,6 +624,17 @@ def write_configs(files: dict[Path, str]) -> None:
             staged_file.unlink(missing_ok=True)
 
 
+def _machine_lines(machine: dict) -> list[str]:
+    """The node's load average before measuring, with `busy_warning` when it was busy ([] when an
+    earlier profile.json did not record it)."""
+    start = machine.get("loadavg_start")
+    if not start:
+        return []
+    line = f"Node {machine.get('node', '?')}: load average {start[0]:.2f} before measuring."
+    busy = busy_warning(float(start[0]), int(machine.get("cpus") or 1))
+    return [line + (f" **Busy: {busy}.**" if busy else ""), ""]
+
+
 def report_md(data: dict) -> str:
     """report.md: what was measured and fitted, the held-out errors, the table."""
     s = data["summary"]
@@ -633,6 +645,7 @@ def report_md(data: dict) -> str:
         f"QoS target {data['qos_target_us']:.0f} us; probe: {data['probe']['cpu_s_per_request'] * 1e6:.1f} us of CPU per "
         f"request at {data['probe']['rate_rps']:g} rps.",
         "",
+        *_machine_lines(data.get("machine", {})),
         f"Fit: loss {data['fit']['loss']:.3f} (mean |ln sim/real|) after {data['fit']['evaluations']} evaluations "
         f"({data['fit']['seconds']:.0f} s); "
         + ", ".join(f"{k} = {v:.4g}" for k, v in data["fit"]["values"].items()),
@@ -754,10 +767,27 @@ class Measurements:
     machine: dict = field(default_factory=dict)
 
 
+def busy_warning(loadavg_1min: float, cpus: int) -> str | None:
+    """What to warn about when the node was busy before anything was started (1-minute load average above
+    `BUSY_LOAD_PER_CPU` per CPU), else None. Other work shares the cores with the service and the
+    load generator and spreads a point's interval p99s: this project's 2-core VM gave memcached a
+    held-out median error of 36% under a load average of 4-8 and 15% when quiet (README)."""
+    if loadavg_1min <= BUSY_LOAD_PER_CPU * cpus:
+        return None
+    return (
+        f"load average {loadavg_1min:.1f} on {cpus} CPUs before measuring: other work spreads the p99s "
+        "and inflates the fit's errors; profile on a quiet node"
+    )
+
+
 def measure(bench: Bench, cfg: RunConfig, progress: Progress) -> Measurements:
     """Steps 1-3 of the module docstring on `bench`."""
     facts = NodeFacts(bench.cores, bench.cfs_period_ms, bench.cfs_slice_ms)
-    machine = {"node": os.uname().nodename, "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()}
+    loadavg, cpus = os.getloadavg(), os.cpu_count()
+    machine = {"node": os.uname().nodename, "cpus": cpus, "loadavg_start": loadavg}
+    busy = busy_warning(loadavg[0], cpus or 1)
+    if busy:
+        progress(f"warning: {busy}")
     plan = cfg.plan
     t0 = time.monotonic()
     probe = probe_service(bench, plan, progress)

@@ -20,9 +20,9 @@ serving more than it is offered, up to `max_settle_s`), then measure `measure_s`
 its *headroom*: the smaller of the worst interval's log(target / p99) and mean - `qos_z` x sd of
 the intervals' log ratios (see `agents.bo.model`). A sample meets QoS when every app's headroom
 is >= `qos_margin_log` (0): every measured interval met every target, and the spread says that
-about 95% of intervals would (z = 1.645 under a normal model; DESIGN §5 judges a controller by
-the fraction of intervals meeting every target, and a few lucky intervals must not pass an
-allocation that misses one in five). An allocation counts as QoS-meeting only while every
+about 95% of intervals would (z = 1.645 under a normal model; DESIGN §5's QoS guarantee counts
+the intervals meeting every target, and a few lucky intervals must not pass an allocation that
+misses one in five). An allocation counts as QoS-meeting only while every
 measurement of it did. The GP is fitted in bounded chunks on the ticks that only apply, settle or
 measure; the tick that ends a sample conditions it on the new sample and picks the next
 (`agents.bo.model`, "Cost"), so no tick pays for a whole fit.
@@ -49,8 +49,8 @@ Choices where CLITE differs or is silent (each also in `BoConfig`):
    so the new search starts from what the model knows (without it the model is discarded and the
    probes follow). While holding, the held allocation
    fails once more than (1 - `recheck_meet_frac`) of the last `recheck_window_s` of intervals
-   missed a target (DESIGN §5 judges a controller by the fraction of intervals that meet every
-   target; a 6-interval sample can pass an allocation that misses 1 interval in 8): the window is
+   missed a target (DESIGN §5's QoS guarantee counts the intervals that meet every target; a
+   6-interval sample can pass an allocation that misses 1 interval in 8): the window is
    recorded as a failing measurement of it, and the controller falls back to the next best
    QoS-meeting sample or, when there is none, resumes the search (same model, fresh budget).
 6. Invalid observations (a failed latency feed) hold the allocation and are not measured.

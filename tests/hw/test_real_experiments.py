@@ -421,12 +421,13 @@ def decide_by_attempts(
     services: Services,
     specs: Sequence[str],
     judge: Callable[[dict[str, RunResult], dict[str, float]], tuple[bool, list[str]]],
-    max_loads: dict[str, float] | None = None,
+    max_loads: Callable[[dict[str, float]], dict[str, float]] | None = None,
 ) -> Attempts:
     """Attempts, each a calibration and one run of every spec back to back, until `DECISIVE // 2 + 1`
     conclusive ones went the same way or `MAX_ATTEMPTS` were made. An attempt counts when its controls
     hold (`check_controls`, on the unmanaged run); `judge` says whether it went as expected, the first
-    of its lines being the attempt's verdict. Every attempt's lines are printed and written to
+    of its lines being the attempt's verdict. `max_loads` gives the apps' max loads from the attempt's
+    QoS targets (None: `node_config`'s default). Every attempt's lines are printed and written to
     comparison.txt."""
     majority = DECISIVE // 2 + 1
     seen = Attempts()
@@ -439,7 +440,8 @@ def decide_by_attempts(
         lines: list[str] = []
         try:
             targets = calibrate(tmp, services)
-            runs = {s.split(":")[0]: run_controller(s, tmp, services, targets, max_loads) for s in specs}
+            loads = max_loads(targets) if max_loads else None
+            runs = {s.split(":")[0]: run_controller(s, tmp, services, targets, loads) for s in specs}
             lines = comparison(runs, targets, attempt)
             check_controls(runs["unmanaged"], targets)
         except Inconclusive as e:
@@ -529,6 +531,34 @@ POLICY_ENV = "COLOC_REAL_POLICY"  # a policy.pt trained with configs/train/vm.ya
 PROFILES = {"memcached": "memcached-vm", "nginx": "nginx-vm"}  # configs/apps/ (python -m hw.profile)
 
 
+def knee_at_target(profile: str, target_us: float) -> float:
+    """The profile's max load at the QoS target `target_us`: the knee (PARTIES Sec. 3.2) that its
+    service time gives at that target on its node (`env.sim.fit.max_load_for_service`). The
+    calibration's targets are not the profile's, and a load feature is a fraction of the knee at the
+    target the app is judged by, as it was in training."""
+    import dataclasses
+
+    from env.sim.engine import reference_knee
+    from env.sim.fit import max_load_for_service
+    from env.sim.platform import load_platform
+    from env.sim.profiles import load_lc_profile
+
+    prof = load_lc_profile(profile)
+    platform = load_platform(prof.reference.platform)
+    service_s = reference_knee(prof, platform)[0]
+    return max_load_for_service(dataclasses.replace(prof, qos_target_us=target_us), platform, service_s)
+
+
+def test_the_knee_at_a_target_is_the_profiles_max_load_at_its_own_target_and_grows_with_it():
+    """No root needed: the max loads the policy test gives the node."""
+    from env.sim.profiles import load_lc_profile
+
+    for profile in PROFILES.values():
+        prof = load_lc_profile(profile)
+        assert knee_at_target(profile, prof.qos_target_us) == pytest.approx(prof.max_load_rps, rel=0.01)
+        assert knee_at_target(profile, 3 * prof.qos_target_us) > 1.2 * prof.max_load_rps
+
+
 def test_a_policy_trained_on_the_fitted_profiles_keeps_qos_with_more_be_than_parties(tmp_path, services):
     """The learned policy of configs/train/vm.yaml (trained in simulation on the profiles
     `python -m hw.profile` fitted on this machine) against PARTIES and unmanaged, on the set-up of
@@ -539,14 +569,19 @@ def test_a_policy_trained_on_the_fitted_profiles_keeps_qos_with_more_be_than_par
     its QoS guarantee is at least PARTIES' and its BE throughput is higher. Decided by the majority
     of `DECISIVE` conclusive attempts of at most `MAX_ATTEMPTS` (about 2.5 minutes each); skips,
     with the figures, when they do not decide. Runs only when `COLOC_REAL_POLICY` names the policy."""
-    from env.sim.profiles import load_lc_profile
-
     policy = os.environ.get(POLICY_ENV)
     if not policy:
         pytest.skip(f"set {POLICY_ENV} to a policy trained with configs/train/vm.yaml (train.py --config vm)")
     if "nginx" not in services.pids:
         pytest.skip("needs nginx (apt install nginx)")
-    max_loads = {a: load_lc_profile(p).max_load_rps for a, p in PROFILES.items()}
+
+    def max_loads(targets: dict[str, float]) -> dict[str, float]:
+        out = {a: knee_at_target(p, targets[a]) for a, p in PROFILES.items()}
+        print(
+            "\nmax loads at the calibrated targets: "
+            + ", ".join(f"{a} {out[a]:.0f} rps (load {services.rates[a] / out[a]:.2f})" for a in out)
+        )
+        return out
 
     def judge(runs: dict[str, RunResult], targets: dict[str, float]) -> tuple[bool, list[str]]:
         rl, parties = runs["rl"], runs["parties"]
