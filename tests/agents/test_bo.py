@@ -32,6 +32,7 @@ from agents.bo.model import Surrogate, _quiet_single_thread, fit_gp
 from env.allocations import fair_allocation
 from env.config import CONFIGS, ConfigError
 from env.controller import ControllerContext
+from env.histogram import LatencyHistogram
 from env.sim import model as M
 from env.sim.engine import be_alone_progress, build_layout, meet_probability
 from env.sim.experiments import Setup, analytic_outputs
@@ -498,6 +499,24 @@ def test_a_held_allocation_fails_when_too_many_recent_intervals_miss(parties_cap
     assert (c.held is held) is not fails
 
 
+@pytest.mark.parametrize(("over", "fails"), [(1, False), (3, True)])
+def test_a_held_allocation_fails_when_its_recent_window_p99_misses(parties_caps, over, fails):
+    """The window verdict while holding: recheck_window_s = 5 s is 10 intervals of 200 requests,
+    of which 1% (20) may be over the target. `over` of each interval's 200 are (every interval's p99
+    misses when over >= 2): 10 in the window hold, 30 fail it once the window is full, not before."""
+    cfg = dataclasses.replace(SM, recheck_window_s=5.0, recheck_meet_frac=0.8)
+    c, feed = _ctrl(parties_caps, cfg), Feed(parties_caps)
+    _, current = _run_samples(c, feed, [(1.5, 0.3), (0.5, 0.05)])
+    held, lost_at = c.held, None
+    for k in range(1, 31):
+        c.decide(_with_histograms(feed.obs(current), {"memcached": over}))
+        if c.held is not held:
+            lost_at = k
+            break
+    assert (c.samples[-1].label == "recheck:held") is fails
+    assert lost_at == (10 if fails else None)
+
+
 def test_a_load_shift_restarts_the_search_from_the_previous_best(parties_caps):
     c, feed = _ctrl(parties_caps), Feed(parties_caps)
     _, current = _run_samples(c, feed, [(1.5, 0.3), (0.5, 0.05)])
@@ -514,6 +533,49 @@ def test_a_load_shift_restarts_the_search_from_the_previous_best(parties_caps):
     assert d.allocation is None  # the previous best is already in force
     assert len(c.samples) == 2 and best is not None  # the history stays
     assert "settling probe:previous-best" in c.decide(feed.obs(best.allocation, load=0.6)).reason
+
+
+def _with_histograms(obs: Observation, n_over: dict[str, int], n: int = 200) -> Observation:
+    """`obs` with each LC app's interval made of `n` requests at 0.5 x its target, `n_over[app]` of
+    them at 1.5 x instead; its p99 is the interval's (the order statistic ceil(0.99 n))."""
+    apps = []
+    for a in obs.apps:
+        k = n_over.get(a.name, 0)
+        values = np.r_[np.full(n - k, 0.5 * a.target_us), np.full(k, 1.5 * a.target_us)]
+        p99 = float(np.sort(values)[math.ceil(0.99 * n) - 1])
+        apps.append(
+            dataclasses.replace(a, p99_us=p99, requests=n, histogram=LatencyHistogram.of_values_us(values))
+        )
+    return dataclasses.replace(obs, apps=tuple(apps))
+
+
+@pytest.mark.parametrize(("verdict", "meets"), [("window", True), ("intervals", False)])
+def test_a_sample_is_judged_by_the_p99_of_all_its_requests(parties_caps, verdict, meets):
+    """CLITE Sec. 4 / PARTIES Sec. 5.1: memcached's second measured interval has 3 of its 200
+    requests over the target (interval p99 1.5 x target), the window's 400 requests 3 (p99 0.5 x):
+    the window verdict meets QoS, the interval verdict does not."""
+    fair = fair_allocation(parties_caps)
+    c = _ctrl(parties_caps, dataclasses.replace(SM, sample_verdict=verdict))
+    feed = Feed(parties_caps)
+    for over in (0, 0, 0, 3):
+        c.decide(_with_histograms(feed.obs(fair), {"memcached": over}))
+    (s,) = c.samples
+    assert s.meets_qos is meets
+    if verdict == "window":
+        assert math.exp(-s.headroom[0]) == pytest.approx(0.5, rel=0.01)  # the window's p99 / target
+
+
+@pytest.mark.parametrize(("over", "ticks"), [(5, 3), (4, 4)])
+def test_a_window_sample_ends_once_its_misses_exceed_what_its_window_allows(parties_caps, over, ticks):
+    """abort_on_miss with the window verdict: after one of the two measured intervals (200 of the
+    400 requests the sample will see), 5 over the target already exceed the 1% allowed (4); 4 do
+    not, and the sample runs on."""
+    fair = fair_allocation(parties_caps)
+    c, feed, n = _ctrl(parties_caps), Feed(parties_caps), 0
+    while not c.samples:
+        n += 1
+        c.decide(_with_histograms(feed.obs(fair), {"memcached": over if n == 3 else 0}))
+    assert n == ticks and c.samples[0].meets_qos is (over <= 4)
 
 
 def test_a_sample_ends_at_its_first_missed_interval(parties_caps):
@@ -607,18 +669,29 @@ def _run_bo(scn, seed: int = 0) -> tuple[BoController, list[Observation]]:
 
 
 def test_meets_qos_within_a_few_samples_and_keeps_it_on_a_constant_3_app_mix():
-    """PARTIES' strictest 3-app mix at 20% each (mix3-const) for 60 s: the first sample that meets
-    every target comes within 5 (CLITE's claim is 30), at least 90% of the intervals after it
-    meet every target while the search goes on, and the BE job gets more than the equal split's
-    0.14 (the search improved on it). Without the safe search (its trust region and P(QoS)
-    filter) the exploration missed in 16-36% of those intervals (seeds 0-2)."""
-    scn = simple_scenario({"memcached": 0.2, "xapian": 0.2, "nginx": 0.2}, duration_s=60, seed=0)
-    ctrl, seen = _run_bo(scn)
-    stats = ctrl.run_stats()
-    first = stats["searches"][0]
-    assert stats["samples_to_qos"] is not None and stats["samples_to_qos"] <= 5, stats
-    assert first["met_after_first_qos"] >= 0.9, stats
-    assert np.mean([o.be_throughput for o in seen[-20:]]) > 0.2
+    """PARTIES' strictest 3-app mix at 20% each (mix3-const, 90 s), seeds 0-3: the first sample
+    that meets every target comes within 5 (CLITE's claim is 30); the run meets the referee's
+    window verdict (every app's p99 over the minute after the 30 s warm-up, PARTIES Sec. 5.1) in 3
+    of the 4 seeds although the search goes on inside it (seed 0's exploration overloads an app in
+    the minute, with either sample verdict); and in 3 of them the BE job gets more than the equal
+    split's 0.14 (the search improved on it; seed 3's stops on the equal split after 3 samples, the
+    expected improvement having dropped: CLITE's termination). Without the safe search (its trust region and P(QoS) filter) the
+    exploration missed in 16-36% of the intervals after the first QoS-meeting sample (seeds 0-2)."""
+    from env.loop import run_episode
+    from env.metrics import window_tail
+
+    sustained, improved = [], []
+    for seed in range(4):
+        scn = simple_scenario({"memcached": 0.2, "xapian": 0.2, "nginx": 0.2}, duration_s=90, seed=seed)
+        ctrl = BoController()  # configs/agents/bo.yaml
+        records = run_episode(SimNode(scn, seed=seed), ctrl, scn.duration_s, rng=np.random.default_rng(seed))
+        stats = ctrl.run_stats()
+        assert stats["samples_to_qos"] is not None and stats["samples_to_qos"] <= 5, stats
+        improved.append(np.mean([r.be_throughput for r in records[-20:]]) > 0.2)
+        wt = window_tail(records)
+        assert wt.complete
+        sustained.append(wt.sustained)
+    assert sum(sustained) >= 3 and sum(improved) >= 3, (sustained, improved)
 
 
 def test_a_load_step_restarts_the_search_from_what_the_model_knows():
