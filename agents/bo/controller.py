@@ -72,7 +72,10 @@ Choices where CLITE differs or is silent (each also in `BoConfig`):
    than the held allocation under which it failed no longer counts as QoS-meeting: the fallback
    skips the samples that would fail the same way. On memcached+sphinx+mongodb at 40% (300 s,
    seeds 0-2) the hold phase had 6, 19 and 15 violating intervals without this rule (up to five
-   fallbacks in a row, sphinx failing each time), 6, 9 and 9 with it.
+   fallbacks in a row, sphinx failing each time), 6, 9 and 9 with it. Nor is such an allocation
+   a candidate: the search looks only where the failing app gets more of something. (Before, it
+   went on sampling allocations it could never count; on five apps with Sphinx at 10% load every
+   later sample was one, until `max_samples_without_qos`.)
 9. Early verdicts (`abort_on_miss`): a sample ends as soon as its verdict is known, since
    measuring on only prolongs the violation: some app already has more requests over its target
    than 1% of those the whole `measure_s` will bring at its rate so far (with the interval
@@ -524,7 +527,8 @@ class BoController(BaseController):
                 what = space.probe(name)
                 what = what.take([int(k)]) if k else what
             alloc = space.decode(what)
-            if tuple(float(v) for v in space.encode_allocation(alloc)) not in seen:
+            x = tuple(float(v) for v in space.encode_allocation(alloc))
+            if x not in seen and not self._ruled_out_by_rechecks(np.array([x]))[0]:
                 return label, alloc
         cands = self._candidates()
         if len(cands) == 0:  # every point of a tiny space was sampled: re-measure the best
@@ -609,7 +613,7 @@ class BoController(BaseController):
         ranked = sorted(self._cur, key=lambda s: self._rank_key(s, ok), reverse=True)
         cands: Candidates | None = None
         if ranked and self.cfg.trust_init > 0:
-            cands = self._local_candidates(ranked[0], bool(ok))
+            cands = self._allowed(self._local_candidates(ranked[0], bool(ok)))
         if cands is None:
             n_bundled = round(self.cfg.bundled_fraction * self.cfg.random_candidates)
             parts = [
@@ -625,7 +629,19 @@ class BoController(BaseController):
                     parts.append(space.neighbours(space.point_of(s.allocation), self.cfg.neighbour_fractions))
             cands = Candidates.concat(parts).unique()
             cands = cands.take(np.nonzero(space.admissible(cands))[0])
+            allowed = self._allowed(cands)
+            cands = allowed if allowed is not None else cands.take(np.zeros(0, dtype=np.int64))
         return self._unseen(cands)
+
+    def _allowed(self, cands: Candidates | None) -> Candidates | None:
+        """`cands` less those a failed recheck rules out (`_ruled_out_by_rechecks`); None if none
+        is left."""
+        space = self._space
+        assert space is not None
+        if cands is None or not len(cands):
+            return None
+        keep = ~self._ruled_out_by_rechecks(space.encode(cands))
+        return cands.take(np.nonzero(keep)[0]) if keep.any() else None
 
     def _unseen(self, cands: Candidates) -> Candidates:
         """`cands` minus the allocations this search has sampled."""
@@ -694,23 +710,30 @@ class BoController(BaseController):
         """Encodings of the allocations that met QoS in every measurement of this search, less
         those that give some app no more of anything than a held allocation under which that app
         failed its recheck (module docstring, choice 8)."""
+        bad = {s.x for s in self._cur if not s.meets_qos}
+        met = [s.x for s in self._cur if s.meets_qos and s.x not in bad]
+        if not met:
+            return set()
+        ruled_out = self._ruled_out_by_rechecks(np.array(met))
+        return {x for x, out in zip(met, ruled_out, strict=True) if not out}
+
+    def _ruled_out_by_rechecks(self, X: np.ndarray) -> np.ndarray:
+        """(n,) bool: the encodings in `X` that give some app no more of any searched resource (and
+        no higher frequency) than a held allocation under which that app failed its recheck in this
+        search (module docstring, choice 8). Neither a QoS-meeting sample (`_qos_ok`) nor a
+        candidate (`_candidates`): sampling one would only measure what the failing window showed."""
         space = self._space
         assert space is not None
-        bad = {s.x for s in self._cur if not s.meets_qos}
-        failed = [
-            (s.x, space.party_columns(p))
-            for s in self._cur
-            if s.label == RECHECK
-            for p, h in enumerate(s.headroom)
-            if h < self.cfg.qos_margin_log
-        ]
-        return {
-            s.x
-            for s in self._cur
-            if s.meets_qos
-            and s.x not in bad
-            and not any(all(s.x[c] <= fx[c] + _EPS_X for c in cols) for fx, cols in failed)
-        }
+        out = np.zeros(len(X), dtype=bool)
+        for s in self._cur:
+            if s.label != RECHECK:
+                continue
+            fx = np.asarray(s.x)
+            for p, h in enumerate(s.headroom):
+                if h < self.cfg.qos_margin_log:
+                    cols = space.party_columns(p)
+                    out |= (X[:, cols] <= fx[cols] + _EPS_X).all(axis=1)
+        return out
 
     def _rank_key(self, s: Sample, ok: set[tuple[float, ...]]) -> tuple[bool, float, float, int]:
         good = s.x in ok

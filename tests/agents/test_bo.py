@@ -482,6 +482,19 @@ def test_a_fallback_must_give_the_app_that_failed_more(parties_caps, failing, fa
     else:
         assert c.phase is Phase.SEARCH and "none left, searching on" in d.reason
         assert d.allocation not in {s.allocation for s in c.samples}  # a new sample, not be_minimum
+        # every later sample, and what is held at the end, gives nginx more of something than the
+        # fair allocation under which it failed: the others could never count (choice 8)
+        recheck, current = len(c.samples), d.allocation
+        for _ in range(60):
+            d = c.decide(feed.obs(current, tard=0.5))
+            current = d.allocation or current
+            if c.phase is Phase.HOLD:
+                break
+        later = [s.allocation for s in c.samples[recheck:]]
+        assert later and c.phase is Phase.HOLD
+        was = fair.allocation["nginx"]
+        for a in [*later, c.held.allocation]:
+            assert a["nginx"].cores > was.cores or a["nginx"].llc_ways > was.llc_ways
 
 
 @pytest.mark.parametrize(("every", "fails"), [(5, False), (3, True)])
