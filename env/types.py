@@ -179,14 +179,21 @@ class Capabilities:
     tdp_w: float = math.nan  # socket power budget (RAPL), for Heracles' power sub-controller
     llc_mb: float = math.nan  # LLC capacity (for normalising occupancy)
     dram_peak_gbps: float = math.nan  # peak streaming DRAM bandwidth (Heracles' DRAM limit)
+    # derived from `apps` once (read on every interval by features, masks and controllers)
+    _lc_apps: tuple[AppSpec, ...] = field(init=False, repr=False, compare=False)
+    _be_apps: tuple[AppSpec, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_lc_apps", tuple(a for a in self.apps if a.is_lc))
+        object.__setattr__(self, "_be_apps", tuple(a for a in self.apps if not a.is_lc))
 
     @property
     def lc_apps(self) -> tuple[AppSpec, ...]:
-        return tuple(a for a in self.apps if a.is_lc)
+        return self._lc_apps
 
     @property
     def be_apps(self) -> tuple[AppSpec, ...]:
-        return tuple(a for a in self.apps if not a.is_lc)
+        return self._be_apps
 
     @property
     def mba(self) -> bool:
