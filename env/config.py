@@ -248,10 +248,11 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
 
 
 def plain_data(x: Any) -> Any:
-    """Data YAML and JSON can dump: dataclasses -> dicts, tuples and sets -> lists (sets sorted),
-    enums -> their values, NaN and infinities -> None."""
+    """Data YAML and JSON can dump: dataclasses -> dicts of their init fields (a field derived in
+    `__post_init__` is not data), tuples and sets -> lists (sets sorted), enums -> their values,
+    NaN and infinities -> None."""
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return plain_data(dataclasses.asdict(x))
+        return {f.name: plain_data(getattr(x, f.name)) for f in dataclasses.fields(x) if f.init}
     if isinstance(x, Mapping):
         return {str(k): plain_data(v) for k, v in x.items()}
     if isinstance(x, list | tuple | frozenset | set):

@@ -254,7 +254,7 @@ class NodeVectorEnv(VectorEnv):
         caps = self._caps[i]
         assert caps is not None
         self._obs[i] = obs
-        # the mask is a function of the allocation (and the node): kept while the allocation is
+        # the mask is a function of the allocation (and the node): kept while the allocation stays
         if previous is None or obs.allocation != previous.allocation:
             self._mask[i] = self.codec.mask(obs, caps)
         self.encoder.encode(obs, caps, out=self._x[i], previous=previous)

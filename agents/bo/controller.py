@@ -613,8 +613,9 @@ class BoController(BaseController):
         ranked = sorted(self._cur, key=lambda s: self._rank_key(s, ok), reverse=True)
         cands: Candidates | None = None
         if ranked and self.cfg.trust_init > 0:
-            cands = self._allowed(self._local_candidates(ranked[0], bool(ok)))
-        if cands is None:
+            local = self._local_candidates(ranked[0], bool(ok))
+            cands = None if local is None else self._allowed(local)
+        if cands is None or not len(cands):
             n_bundled = round(self.cfg.bundled_fraction * self.cfg.random_candidates)
             parts = [
                 space.random(self.cfg.random_candidates - n_bundled, self.rng, self.cfg.dirichlet_alpha),
@@ -628,20 +629,16 @@ class BoController(BaseController):
                     centres.append(s.x)
                     parts.append(space.neighbours(space.point_of(s.allocation), self.cfg.neighbour_fractions))
             cands = Candidates.concat(parts).unique()
-            cands = cands.take(np.nonzero(space.admissible(cands))[0])
-            allowed = self._allowed(cands)
-            cands = allowed if allowed is not None else cands.take(np.zeros(0, dtype=np.int64))
+            cands = self._allowed(cands.take(np.nonzero(space.admissible(cands))[0]))
         return self._unseen(cands)
 
-    def _allowed(self, cands: Candidates | None) -> Candidates | None:
-        """`cands` less those a failed recheck rules out (`_ruled_out_by_rechecks`); None if none
-        is left."""
+    def _allowed(self, cands: Candidates) -> Candidates:
+        """`cands` less those a failed recheck rules out (`_ruled_out_by_rechecks`)."""
         space = self._space
         assert space is not None
-        if cands is None or not len(cands):
-            return None
-        keep = ~self._ruled_out_by_rechecks(space.encode(cands))
-        return cands.take(np.nonzero(keep)[0]) if keep.any() else None
+        if not len(cands):
+            return cands
+        return cands.take(np.nonzero(~self._ruled_out_by_rechecks(space.encode(cands)))[0])
 
     def _unseen(self, cands: Candidates) -> Candidates:
         """`cands` minus the allocations this search has sampled."""
