@@ -102,9 +102,10 @@ was evaluated (with its repair) meets (a): evidence, not a proof (repairs give o
 best response, so two apps that both need more of what is left may be missed). `best_p_all` is the
 highest P(all meet) found. `exhausted`: a budget (`search_budget` joint evaluations,
 `frontier_budget` per-app ones) cut the search short; `complete`: every packing whose bound could
-beat the plan was evaluated. On PARTIES' node a plan takes 0.2-0.6 s for mix3-const and mix6-const
-and up to a few seconds on 4-6-app points with many failing packings (hundreds to a few thousand
-evaluations of 0.1-1 ms each), far below the budgets.
+beat the plan was evaluated. On PARTIES' node a plan takes under a second for mix3-const and up to a
+few seconds on most 4-6-app points (hundreds to a few thousand evaluations of 0.1-1 ms each); on
+mix6-const about a minute, most of it MongoDB's four-axis frontier (memory x disk x cores x ways,
+~4,000 evaluations per company, ~35,000 in all, within the 60,000 of `frontier_budget`).
 
 Loads: the Oracle rebuilds the scenario's traces with the node's seed (as `SimNode.reset` does: the
 generator `default_rng(seed)` draws the traces in scenario order), plans for the maximum of each app's
@@ -171,7 +172,7 @@ class OracleConfig:
     interval_meet_prob: float = 0.98
     max_utilization: float = 0.9
     search_budget: int = 100_000
-    frontier_budget: int = 30_000
+    frontier_budget: int = 60_000
     be_tolerance: float = 0.005
     frontier_margin: float = 0.2
     possible_meet_prob: float = 0.001

