@@ -47,7 +47,7 @@ bench: setup  ## simulator and controller speed
 	$(PY) evaluate.py bench --out out/bench --overwrite
 
 REPRO_OUT ?= out/reproduce
-reproduce: setup  ## the papers' experiments in simulation (README "Reproducing the papers"; ~1-2 h on 2 cores)
+reproduce: setup  ## the papers' experiments in simulation (README "Reproducing the papers"; a few minutes on 2 cores)
 	$(PY) evaluate.py maxload --mixes 3 --mix-sizes 2,3,4,5,6 --controllers unmanaged,heracles,parties --out $(REPRO_OUT)/fig7 --overwrite
 	$(PY) evaluate.py maxload --apps memcached,xapian,nginx --controllers unmanaged,parties,oracle --out $(REPRO_OUT)/fig8 --overwrite
 	$(PY) evaluate.py timeline --scenario fig9-ramp --controllers unmanaged,heracles,parties --out $(REPRO_OUT)/fig9 --overwrite
