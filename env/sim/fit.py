@@ -345,9 +345,8 @@ def objective(app: str, values: dict[str, float]) -> tuple[float, dict, dict]:
     return float(loss), t4, cc
 
 
-KNEE_UNIT = (
-    0.05  # a knee 5 points of the max RPS outside the range costs as much as a Table 4 cell 10 points off
-)
+# a knee 5 points of the max RPS outside the range costs as much as a Table 4 cell 10 points off
+KNEE_UNIT = 0.05
 
 
 def knee_loss(knee: float | None) -> float:
