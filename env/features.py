@@ -231,8 +231,10 @@ class ObservationEncoder:
         top_mhz = caps.freq_levels_mhz[-1]
         mb_per_way = self.config.llc_mb_total / caps.llc_ways
         peak_bw = self.config.mem_bw_peak_gbps
-        for k, spec in enumerate(lc):
-            row = [0.0] * N_APP_FEATURES  # filled as a list, written once: faster than per item
+        rows: list[list[float]] = []  # filled as lists, written into `apps` at once: faster than per item
+        for spec in lc:
+            row = [0.0] * N_APP_FEATURES
+            rows.append(row)
             a = alloc[spec.name]
             row[_A["present"]] = 1.0
             row[_A["cores"]] = a.cores / caps.cores
@@ -250,7 +252,6 @@ class ObservationEncoder:
                 row[_A["d_disk"]] = _sign(a.disk_mbps, b.disk_mbps)
             s = samples.get(spec.name)
             if s is None:
-                apps[k] = row
                 continue
             tardiness = _log_tardiness(s)
             if tardiness is not None:
@@ -270,7 +271,8 @@ class ObservationEncoder:
             row[_A["disk_used"]] = _ratio(u.disk_mbps, a.disk_mbps)
             row[_A["net_used"]] = _ratio(u.net_gbps, a.net_gbps)
             row[_A["freq_achieved"]] = u.freq_mhz / top_mhz
-            apps[k] = row
+        if rows:
+            apps[: len(rows)] = rows
         node[_N["obs_valid"]] = float(obs.valid and obs.stale_s == 0)
         node[_N["mem_bw"]] = obs.mem_bw_gbps / peak_bw
         node[_N["power"]] = obs.power_w / caps.tdp_w if math.isfinite(caps.tdp_w) and caps.tdp_w > 0 else 0.0

@@ -489,8 +489,7 @@ def test_fig2_scenario_short_run_time_shares_the_closes():
         obs = node.step(d.allocation)
         for a in obs.allocation:
             visits[a.name].add(a.clos)
-            if a.name in visits:
-                hosts.setdefault(a.clos, set()).add(a.name.rsplit("-", 1)[0])
+            hosts.setdefault(a.clos, set()).add(a.name.rsplit("-", 1)[0])
     assert all(v <= {1, 2, 3} for v in visits.values())  # every container always in an LC partition
     assert any(len(w) >= 2 for w in hosts.values())  # a CLOS time-shared between workloads
     assert sum(len(v) >= 2 for v in visits.values()) >= 2  # containers rotate among CLOSes
