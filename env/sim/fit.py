@@ -67,6 +67,7 @@ from env.sim.experiments import (
 )
 from env.sim.platform import Platform
 from env.sim.profiles import BatchProfile, LcProfile, Profile, ThreadClass, load_profile
+from env.sim.traces import MAX_LOAD_MULTIPLE
 
 TABLE4_ROWS = (
     "hyperthread",
@@ -92,8 +93,8 @@ LOADS = np.round(np.arange(0.025, 1.5001, 0.025), 4)
 TABLE4_LOADS = LOADS[LOADS >= 0.1]
 F_NOMINAL_MHZ = 2200  # PARTIES Table 1 base frequency
 COCO_LOADS = np.round(
-    np.geomspace(0.05, 1000.0, 240), 5
-)  # in-memory MongoDB serves ~200x its disk-bound max load
+    np.geomspace(0.05, MAX_LOAD_MULTIPLE, 240), 5
+)  # CoCo's in-memory MongoDB serves ~150x its disk-bound max load
 
 
 def calibration_targets() -> tuple[dict, dict]:
