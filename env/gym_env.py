@@ -27,7 +27,7 @@ from env.config import ConfigError, build
 from env.features import FeatureConfig, ObservationEncoder
 from env.guards import GuardChain, GuardsConfig, build_guards
 from env.moves import MaskContext, adjust_network, plan_move
-from env.node import Node
+from env.node import Node, tail_at_target
 from env.rewards import QosFirstReward, RewardConfig, RewardFn, RewardTerms
 from env.scenario_sampler import SamplerConfig, ScenarioSampler
 from env.sim.scenario import Scenario, load_scenario
@@ -513,7 +513,7 @@ class NodeEnv(gym.Env):
         self._t += 1
         self.node.clock.sleep_until(self._t0_s + self._t * self._caps.interval_s)
         obs = self.node.observe()
-        terms = self.reward_fn(obs, self._caps)
+        terms = self.reward_fn(obs, self._caps, tail_at_target(self.node))
         x, mask = self._observe(obs, previous=self._obs)
         info = step_info(obs, terms, decoded, mask, self._scenario_name, self._t)
         return x, terms.reward, False, self._t >= self._length, info

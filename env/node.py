@@ -15,6 +15,7 @@ really applied. `close` restores what the node found and is idempotent.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from env.types import Allocation, Capabilities, Observation
@@ -86,3 +87,11 @@ class Node(Protocol):
     def reset(self, seed: int | None = None, scenario: Any = None) -> Observation: ...
 
     def close(self) -> None: ...
+
+
+def tail_at_target(node: Node) -> Mapping[str, float] | None:
+    """The node's ground truth for its last interval, P(latency > target) per LC app, where it has
+    one (the simulator's model: `SimNode.tail_at_target`); None on a real node, which only measures.
+    For training rewards (`env.rewards`, `window_risk`), never for a controller."""
+    truth = getattr(node, "tail_at_target", None)
+    return truth() if callable(truth) else None

@@ -21,17 +21,41 @@ safe region, BE throughput is the utilisation PARTIES and Heracles report (EMU),
 resources reward keeping LC apps lean, which is what leaves headroom for BE jobs that are not
 running yet and what PARTIES' downsizing does.
 
-A reward is any callable `(Observation, Capabilities) -> RewardTerms`; `NodeEnv` and the vector
-env take one as an argument, so experiments can swap it without touching the env.
+Which intervals miss (`RewardConfig.qos`):
+
+* `interval_p99` (the default): an app misses when the interval's measured p99 exceeds its target.
+* `window_risk`: an app misses when the interval's share of requests over the target would put
+  the verdict the papers use at risk. PARTIES Sec. 5.1 judges QoS by the p99 over all requests of a
+  60 s window, i.e. at most 1% of them over the target. An interval's measured p99 is the order
+  statistic of its own requests; at an allocation whose true share over the target is exactly 1% it
+  misses in about half the intervals, so a policy punished per noisy interval keeps far more slack
+  than the window needs (measured on the PARTIES node, mix3-const: shares of 0.002-0.008% where
+  the Oracle, which plans on the window, runs at 0.2-0.9%). Here the share comes from the node's
+  ground truth where it has one (the simulator's model, `env.node.tail_at_target`; training only,
+  the policy still observes p99s), and an app misses when it exceeds `window_budget`: the largest
+  share at which a window of `window_s` x the app's offered rate requests still meets its p99 with
+  probability `window_confidence` (about 0.8% for memcached's ~7.7 M requests a minute, about 0.1%
+  for Sphinx's ~84). Severity is then min(share / budget - 1, severity_cap). A node without ground
+  truth (a real one) falls back to the interval's p99.
+
+A reward is any callable `(Observation, Capabilities, tail_share=None) -> RewardTerms`; `NodeEnv`
+and the vector env take one as an argument, so experiments can swap it without touching the env.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
+
+import numpy as np
+from scipy.special import betaincinv
 
 from env.types import Capabilities, Observation
+
+QosRule = Literal["interval_p99", "window_risk"]
+P99 = 0.99
 
 
 @dataclass(frozen=True)
@@ -44,8 +68,15 @@ class RewardConfig:
     base: float = 1.0
     be_weight: float = 1.0
     reclaim_weight: float = 0.5
+    qos: QosRule = "interval_p99"
+    window_s: float = 60.0  # PARTIES Sec. 5.1: the measured minute
+    window_confidence: float = 0.9
 
     def __post_init__(self) -> None:
+        if self.qos not in ("interval_p99", "window_risk"):
+            raise ValueError(f"reward.qos must be 'interval_p99' or 'window_risk', got {self.qos!r}")
+        if not self.window_s > 0 or not 0.0 < self.window_confidence < 1.0:
+            raise ValueError("reward.window_s must be > 0 and reward.window_confidence in (0, 1)")
         if self.miss_penalty <= 0:
             raise ValueError("reward.miss_penalty must be > 0 so that a miss always scores below 0")
         if self.base < 0 or self.be_weight < 0 or self.reclaim_weight < 0:
@@ -76,9 +107,21 @@ class RewardTerms:
 
 
 class RewardFn(Protocol):
-    """A reward: terms of one interval from its observation and the node's capabilities."""
+    """A reward: terms of one interval from its observation and the node's capabilities, and the
+    node's ground truth share of each app's requests over its target where it has one."""
 
-    def __call__(self, obs: Observation, caps: Capabilities) -> RewardTerms: ...
+    def __call__(
+        self, obs: Observation, caps: Capabilities, tail_share: Mapping[str, float] | None = None
+    ) -> RewardTerms: ...
+
+
+def window_budget(requests: np.ndarray | float, confidence: float) -> np.ndarray:
+    """The largest share of requests over the target at which the p99 of a window of `requests`
+    requests (order statistic k = ceil(0.99 n)) meets the target with probability `confidence`:
+    P(Beta(k, n - k + 1) <= 1 - share) = confidence (module docstring)."""
+    n = np.maximum(np.asarray(requests, dtype=float), 1.0)
+    k = np.ceil(P99 * n)
+    return 1.0 - betaincinv(k, n - k + 1.0, confidence)
 
 
 def reclaimed_share(obs: Observation, caps: Capabilities) -> float:
@@ -101,11 +144,23 @@ class QosFirstReward:
     def __init__(self, config: RewardConfig | None = None) -> None:
         self.config = config or RewardConfig()
 
-    def __call__(self, obs: Observation, caps: Capabilities) -> RewardTerms:
+    def __call__(
+        self, obs: Observation, caps: Capabilities, tail_share: Mapping[str, float] | None = None
+    ) -> RewardTerms:
         c = self.config
         violation, missed = 0.0, False
-        for s in obs.apps:
-            if not s.valid or not math.isfinite(s.p99_us):
+        risk = c.qos == "window_risk" and tail_share is not None
+        budgets = (
+            window_budget([s.load_rps * c.window_s for s in obs.apps], c.window_confidence) if risk else None
+        )
+        for i, s in enumerate(obs.apps):
+            share = tail_share.get(s.name, math.nan) if risk and tail_share is not None else math.nan
+            if budgets is not None and math.isfinite(share):
+                b = float(budgets[i])
+                if share > b:
+                    missed = True
+                    violation += min(share / b - 1.0, c.severity_cap)
+            elif not s.valid or not math.isfinite(s.p99_us):
                 if c.invalid_severity > 0:
                     missed, violation = True, violation + c.invalid_severity
             elif s.p99_us > s.target_us:

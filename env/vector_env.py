@@ -175,7 +175,7 @@ class NodeVectorEnv(VectorEnv):
             obs, caps = observations[i], self._caps[i]
             assert caps is not None
             self._t[i] += 1
-            terms = self.reward_fn(obs, caps)
+            terms = self.reward_fn(obs, caps, self.fleet.nodes[i].tail_at_target())
             self._set_obs(i, obs, previous=self._obs[i])
             rewards[i] = terms.reward
             truncations[i] = self._t[i] >= self._length[i]

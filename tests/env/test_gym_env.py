@@ -18,7 +18,7 @@ from env.config import ConfigError
 from env.features import APP_FEATURES, N_APP_FEATURES, NODE_FEATURES, ObservationEncoder
 from env.gym_env import ActionCodec, ActionMaskObs, EnvConfig, NodeEnv
 from env.moves import move_mask
-from env.rewards import QosFirstReward, RewardConfig, reclaimed_share
+from env.rewards import QosFirstReward, RewardConfig, reclaimed_share, window_budget
 from env.sim.scenario import simple_scenario
 from env.types import Move
 
@@ -320,9 +320,65 @@ def test_reward_puts_qos_first(started):
     assert reclaimed_share(dataclasses.replace(obs, allocation=lean), caps) > reclaimed_share(obs, caps)
 
 
+def test_window_budget_is_the_share_a_window_of_that_many_requests_tolerates():
+    """PARTIES Sec. 5.1's verdict: the p99 of n requests meets when at most 1% are over the target; the
+    budget is the share at which it meets with the given confidence (P computed by simulation)."""
+    n = np.array([84, 1_000, 100_000])
+    b = window_budget(n, 0.9)
+    assert b[0] < b[1] < b[2] < 0.01 and b[2] > 0.0095
+    rng = np.random.default_rng(0)
+    for ni, bi in zip(n[:2], b[:2]):
+        over = rng.binomial(int(ni), bi, size=20_000)  # requests over the target per window
+        meets = over <= int(ni) - int(np.ceil(0.99 * ni))
+        assert meets.mean() == pytest.approx(0.9, abs=0.01)
+
+
+def test_window_risk_reward_judges_the_ground_truth_share(started):
+    """`window_risk`: a p99 reading over the target is not a miss when the share over the target is
+    within the window's budget, and a reading under it is one when the share is not; without
+    ground truth (a real node) the interval's p99 decides."""
+    env, _ = started
+    obs, caps = env.observation, env.capabilities
+    obs = dataclasses.replace(
+        obs, apps=tuple(dataclasses.replace(s, p99_us=s.target_us * 1.2) for s in obs.apps)
+    )
+    rw = QosFirstReward(RewardConfig(qos="window_risk"))
+    budgets = {s.name: float(window_budget(s.load_rps * 60.0, 0.9)) for s in obs.apps}
+    within = rw(obs, caps, {a: 0.5 * b for a, b in budgets.items()})
+    assert within.qos_met and within.violation == 0.0
+    over = {**{a: 0.5 * b for a, b in budgets.items()}, "xapian": 3.0 * budgets["xapian"]}
+    fast = dataclasses.replace(
+        obs, apps=tuple(dataclasses.replace(s, p99_us=s.target_us * 0.5) for s in obs.apps)
+    )
+    missed = rw(fast, caps, over)
+    assert not missed.qos_met and missed.violation == pytest.approx(2.0)
+    assert missed.reward == pytest.approx(-(1.0 + 2.0))
+    assert not rw(obs, caps, None).qos_met  # no ground truth: the 1.2x p99 readings miss
+    assert QosFirstReward(RewardConfig())(obs, caps, {a: 0.0 for a in budgets}).qos_met is False
+    with pytest.raises(ValueError, match=r"reward\.qos"):
+        RewardConfig(qos="window")  # type: ignore[arg-type]
+
+
+def test_the_env_hands_the_simulator_s_ground_truth_to_the_reward():
+    seen = []
+
+    def spy(obs, caps, tail_share=None):
+        seen.append(tail_share)
+        return QosFirstReward()(obs, caps, tail_share)
+
+    env = NodeEnv(EnvConfig(scenario=THREE), reward=spy)
+    env.reset(seed=0)
+    env.step(0)
+    assert seen and seen[-1] == env.node.tail_at_target()
+    assert set(seen[-1]) == {"memcached", "xapian", "nginx"} and all(
+        0.0 <= v <= 1.0 for v in seen[-1].values()
+    )
+
+
 def test_reward_can_be_replaced():
     env = NodeEnv(
-        EnvConfig(scenario=THREE), reward=lambda obs, caps: QosFirstReward(RewardConfig(base=10.0))(obs, caps)
+        EnvConfig(scenario=THREE),
+        reward=lambda obs, caps, tail_share=None: QosFirstReward(RewardConfig(base=10.0))(obs, caps),
     )
     env.reset(seed=0)
     _, r, _, _, info = env.step(0)

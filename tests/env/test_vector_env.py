@@ -81,7 +81,7 @@ def test_each_transition_is_the_scalar_code_on_that_sub_env():
             assert after[i].time_s == pytest.approx(before[i].time_s + caps.interval_s)
             np.testing.assert_array_equal(X[i], vec.encoder.encode(after[i], caps, previous=before[i]))
             np.testing.assert_array_equal(info["action_mask"][i], vec.codec.mask(after[i], caps))
-            assert r[i] == vec.reward_fn(after[i], caps).reward
+            assert r[i] == vec.reward_fn(after[i], caps, vec.fleet.nodes[i].tail_at_target()).reward
 
 
 def test_seeded_vector_rollouts_are_identical():
