@@ -45,7 +45,7 @@ and the vector env take one as an argument, so experiments can swap it without t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -115,7 +115,7 @@ class RewardFn(Protocol):
     ) -> RewardTerms: ...
 
 
-def window_budget(requests: np.ndarray | float, confidence: float) -> np.ndarray:
+def window_budget(requests: np.ndarray | Sequence[float] | float, confidence: float) -> np.ndarray:
     """The largest share of requests over the target at which the p99 of a window of `requests`
     requests (order statistic k = ceil(0.99 n)) meets the target with probability `confidence`:
     P(Beta(k, n - k + 1) <= 1 - share) = confidence (module docstring)."""
