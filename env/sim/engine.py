@@ -220,6 +220,7 @@ def lc_row(prof: LcProfile, knee: tuple[float, float], ref: Platform | None = No
     r[M.P_CV2] = prof.service_cv2
     r[M.P_DET] = prof.service_det
     r[M.P_PERTHREAD] = 1.0 if prof.queue == "per_thread" else 0.0
+    r[M.P_IMBAL] = prof.worker_imbalance
     r[M.P_TIMEOUT_S] = prof.timeout_s
     r[M.P_PLACE] = 0
     r[M.P_TARGET] = -1

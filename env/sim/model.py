@@ -50,7 +50,11 @@ Per interval, per node:
    queue delays every response. Both are queues in tandem with the CPU.
 8. **Latency.** Requests queue on the app's threads: M/M/1 per thread (`per_thread`) or M/M/c
    (`shared`, Erlang C), with the waiting time stretched by (1 + cv^2)/2 for non-exponential
-   service. The sojourn tail is a sum of exponentials, convolved in closed form with page-fault
+   service. Per-thread workers that accept their own connections may share them unevenly
+   (`P_IMBAL`): the busiest worker's queue and the others' are then a mixture weighted by the
+   requests each serves, so the tail crosses the target while the other workers still have room
+   (the knee below the max RPS, PARTIES Sec. 3.2); it matters only while each worker has a hardware
+   thread of its own. The sojourn tail is a sum of exponentials, convolved in closed form with page-fault
    I/O, scheduling delay and link queueing. A fluid backlog carries overload across intervals
    (requests older than the timeout are dropped), so an overloaded app recovers over several
    intervals. The measured p99 of an interval with n requests is the order statistic
@@ -146,7 +150,8 @@ P_LLC_ALPHA = 31  # power-law exponent of the miss curve
 P_DET = 32  # deterministic share of the service time (the rest is exponential): cv^2 = (1 - det)^2
 P_PRESS = 33  # how much this workload's thread slows its sibling hyperthread (compute hog = 1)
 P_HOLD_S = 34  # LC: thread time per request besides CPU and disk reads (s)
-P_GTAB = 35  # LC: G(x_j) = integral_0^x_j dx / m(x) (MB) at x_j = footprint * GRID[j] (Che's working set)
+P_IMBAL = 35  # LC, per_thread: the busiest worker's share of the requests over an even split (>= 1)
+P_GTAB = 36  # LC: G(x_j) = integral_0^x_j dx / m(x) (MB) at x_j = footprint * GRID[j] (Che's working set)
 NG = 24
 NP = P_GTAB + NG
 GRID = np.geomspace(1e-6, 1.0, NG)
@@ -1150,11 +1155,28 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             # exponential remainder of mean (1 - det)/mu (det = 0: exponential, M/M/1 exact),
             # then the Erlang-C wait in front of it
             det = min(p[P_DET], 0.99)
-            coef[0] = 1.0
-            rt[0] = mu / (1.0 - det)
-            nt = 1
-            if cw > 1e-12:
-                nt = _convolve(coef, rt, nt, cw, theta)
+            # Uneven workers (per_thread, `P_IMBAL` > 1): connections are not spread evenly over the
+            # worker processes, so the busiest takes imbal/nthr of the requests (never less than an
+            # even share of the servers, at most what one server can serve); its queue and the
+            # others' are a mixture, weighted by the requests each serves
+            lam_h = 0.0
+            if p[P_PERTHREAD] > 0.5 and io_cap >= cpu_cap and servers > 1.0 + 1e-9 and lam_c > 0.0:
+                lam_h = min(max(lam_c, lam_q * p[P_IMBAL] / nthr), 0.995 * mu)
+            if lam_h > lam_c * (1.0 + 1e-9):
+                w_h = lam_h / lam_q
+                lam_r = (lam_q - lam_h) / (servers - 1.0)
+                coef[0] = w_h
+                rt[0] = mu / (1.0 - det)
+                nt = _convolve(coef, rt, 1, lam_h / mu, (mu - lam_h) * 2.0 / (1.0 + p[P_CV2]))
+                coef[nt] = 1.0 - w_h
+                rt[nt] = mu / (1.0 - det)
+                nt += _convolve(coef[nt:], rt[nt:], 1, lam_r / mu, (mu - lam_r) * 2.0 / (1.0 + p[P_CV2]))
+            else:
+                coef[0] = 1.0
+                rt[0] = mu / (1.0 - det)
+                nt = 1
+                if cw > 1e-12:
+                    nt = _convolve(coef, rt, nt, cw, theta)
             nt = _convolve(coef, rt, nt, q_io, r_io)
             nt = _convolve(coef, rt, nt, pwait[w], 1.0 / pl[PL_SCHED_S])
             if r_net > 0.0 and r_net < 100.0 * mu:  # skip a link queue under 1% of the service time

@@ -88,6 +88,9 @@ class LcProfile:
     smt_pressure: float = 0.5  # how much its thread slows its sibling, relative to a compute hog (1)
     service_cv2: float = 1.0  # variability stretching the queueing wait ((1 + cv2)/2, Allen-Cunneen)
     service_det: float = 0.0  # deterministic share of the service time (0 = exponential; cv^2 = (1-det)^2)
+    # per_thread: the busiest worker's share of the requests over an even split (1 = even). Worker
+    # processes that each accept their own connections do not share them evenly (fitted: NGINX)
+    worker_imbalance: float = 1.0
     power_factor: float = 0.8
     net_flows: float = 8.0  # client connections, for the link's per-flow fairness
     timeout_ms: float = (
@@ -129,6 +132,7 @@ class LcProfile:
             knee_load=self.knee_load,
         )
         require_in(where, 0.05, 10.0, llc_alpha=self.llc_alpha)  # the miss curve's exponent
+        require_in(where, 1.0, float(self.threads), worker_imbalance=self.worker_imbalance)
         require_in(where, 0.0, 0.999, service_det=self.service_det, knee_meet_prob=self.knee_meet_prob)
         require_in(
             where,

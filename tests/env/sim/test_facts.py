@@ -109,3 +109,10 @@ def test_the_fit_and_the_report_agree_on_coco_retention(app):
     sampled = {k: 100 * v / cells[0] for k, v in zip(analytic, cells[1:])}
     off = {k: round(sampled[k] - analytic[k], 1) for k in analytic}
     assert all(abs(d) <= 8.0 for d in off.values()), off
+
+
+@pytest.mark.parametrize("app", [a for a in C.APPS if a != "mongodb"])
+def test_one_core_misses_at_30_percent_load(app):
+    """Sec. 3.4.1 / Fig. 2a: every app but MongoDB violates QoS when cores are insufficient: on one
+    core, with every LLC way at turbo, 30% of its max load misses (the fit weighs this fact too)."""
+    assert not C._fig2_meets(app, 0.3, 1, C.FIG2_TOP_WAYS, None, seed=0)

@@ -51,6 +51,54 @@ def test_mm1_limit_matches_heracles_equation_1(rho):
     assert out[0, M.O_P99] == pytest.approx(expected, rel=1e-3)  # in fact exact
 
 
+@pytest.mark.parametrize("imbalance", [1.0, 1.5])
+def test_uneven_workers_are_a_mixture_of_two_mm1_queues(imbalance):
+    """Worker processes that each accept their own connections (`queue: per_thread`) share them
+    unevenly (`worker_imbalance`): the busiest of n takes imbalance/n of the requests and the rest
+    split the remainder. The latency is the mixture of the two M/M/1 sojourn tails, weighted by the
+    requests each serves: P(T > x) = w e^-(mu - lam_h) x + (1 - w) e^-(mu - lam_r) x."""
+    pl = load_platform("parties")
+    plat = platform_row(pl)
+    plat[M.PL_FTURBO] = 0
+    n = 4
+    alloc = reference_alloc_row(pl, n)
+    alloc[M.A_FREQ] = pl.freq.nominal_mhz
+    plat[M.PL_TPC] = 1  # one hardware thread per core: n servers
+    prof = dataclasses.replace(_mm1_profile(), threads=n, queue="per_thread", worker_imbalance=imbalance)
+    s_ref, lam = 1e-3, 2000.0  # 50% of the 4 servers
+    out, _ = steady(plat, lc_row(prof, (s_ref, 0.0))[None, :], alloc[None, :], np.array([lam]))
+    mu = 1 / s_ref
+    lam_h = lam * imbalance / n
+    lam_r = (lam - lam_h) / (n - 1)
+    w = lam_h / lam
+
+    def tail(x):
+        return w * math.exp(-(mu - lam_h) * x) + (1 - w) * math.exp(-(mu - lam_r) * x)
+
+    p99 = float(out[0, M.O_P99])
+    assert tail(p99) == pytest.approx(0.01, rel=1e-3)
+    if imbalance == 1.0:
+        assert p99 == pytest.approx(math.log(100) / (mu - lam / n), rel=1e-3)  # n M/M/1 queues
+    else:
+        assert p99 > math.log(100) / (mu - lam / n)  # the busiest worker's queue is longer
+
+
+def test_uneven_workers_move_the_knee_below_the_max_rps():
+    """PARTIES Sec. 3.2: tail latency rises past 60-80% of the max RPS. With every worker evenly
+    loaded the p99 of an app whose target is hundreds of service times stays flat until its cores
+    saturate; with the busiest worker taking more, it crosses the target while the others still have
+    capacity, so the max RPS (what the node serves when overloaded) lies well above the knee."""
+    from env.sim.experiments import knee_over_max_rps
+    from env.sim.fit import _Patched
+
+    base = load_profile("nginx")
+    knees = {}
+    for imb in (1.0, 1.3):
+        with _Patched(dataclasses.replace(base, worker_imbalance=imb)):
+            knees[imb] = knee_over_max_rps(["nginx"])["nginx"]
+    assert knees[1.3] < knees[1.0] - 0.1, knees
+
+
 def _p99(app: str, load: float, cores: int = 8, **kw) -> float:
     s = Setup(simple_scenario({app: load}, be=()), pinned({app: cores}, **kw))
     out, _, _ = analytic_outputs([s], np.array([load]))
