@@ -28,7 +28,7 @@ from env.features import FeatureConfig, ObservationEncoder
 from env.guards import GuardChain, GuardsConfig, build_guards
 from env.moves import MaskContext, adjust_network, plan_move
 from env.node import Node, tail_at_target
-from env.rewards import QosFirstReward, RewardConfig, RewardFn, RewardTerms
+from env.rewards import QosFirstReward, RewardConfig, RewardFn, RewardTerms, as_reward_fn
 from env.scenario_sampler import SamplerConfig, ScenarioSampler
 from env.sim.scenario import Scenario, load_scenario
 from env.types import N_MOVES, Allocation, Capabilities, Decision, Direction, Move, Observation, Resource
@@ -465,7 +465,7 @@ class NodeEnv(gym.Env):
         self.render_mode = render_mode
         self.encoder = ObservationEncoder(self.config.max_apps, self.config.features)
         self.codec = ActionCodec(self.config.max_apps, self.config.action_mode)
-        self.reward_fn: RewardFn = reward or QosFirstReward(self.config.reward)
+        self.reward_fn: RewardFn = as_reward_fn(reward) if reward else QosFirstReward(self.config.reward)
         self.planner = EpisodePlanner(self.config)
         self.observation_space = self.encoder.space
         self.action_space = self.codec.space

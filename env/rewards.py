@@ -38,14 +38,16 @@ Which intervals miss (`RewardConfig.qos`):
   for Sphinx's ~84). Severity is then min(share / budget - 1, severity_cap). A node without ground
   truth (a real one) falls back to the interval's p99.
 
-A reward is any callable `(Observation, Capabilities, tail_share=None) -> RewardTerms`; `NodeEnv`
-and the vector env take one as an argument, so experiments can swap it without touching the env.
+A reward is any callable `(Observation, Capabilities, tail_share=None) -> RewardTerms` (a
+two-argument one still works: `as_reward_fn`); `NodeEnv` and the vector env take one as an argument,
+so experiments can swap it without touching the env.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -113,6 +115,19 @@ class RewardFn(Protocol):
     def __call__(
         self, obs: Observation, caps: Capabilities, tail_share: Mapping[str, float] | None = None
     ) -> RewardTerms: ...
+
+
+def as_reward_fn(fn: Callable[..., RewardTerms]) -> RewardFn:
+    """`fn` as a `RewardFn`: a reward written as `(obs, caps)` (before ground truth was handed to
+    rewards) is called without it; one that takes a third argument gets it."""
+    try:
+        sig = inspect.signature(fn)
+        sig.bind(None, None, None)
+    except TypeError:
+        return lambda obs, caps, tail_share=None: fn(obs, caps)
+    except ValueError:  # no signature to inspect (a builtin): assume the protocol's
+        pass
+    return fn
 
 
 def window_budget(requests: np.ndarray | Sequence[float] | float, confidence: float) -> np.ndarray:

@@ -43,7 +43,7 @@ from env.gym_env import (
     reset_info,
     step_info,
 )
-from env.rewards import QosFirstReward, RewardFn
+from env.rewards import QosFirstReward, RewardFn, as_reward_fn
 from env.sim.engine import build_layout
 from env.sim.node import SimFleet
 from env.sim.scenario import Scenario
@@ -75,7 +75,7 @@ class NodeVectorEnv(VectorEnv):
         self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode}
         self.encoder = ObservationEncoder(self.config.max_apps, self.config.features)
         self.codec = ActionCodec(self.config.max_apps, self.config.action_mode)
-        self.reward_fn: RewardFn = reward or QosFirstReward(self.config.reward)
+        self.reward_fn: RewardFn = as_reward_fn(reward) if reward else QosFirstReward(self.config.reward)
         self.planner = EpisodePlanner(self.config)
         self.single_observation_space = self.encoder.space
         self.single_action_space = self.codec.space

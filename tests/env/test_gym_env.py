@@ -378,7 +378,9 @@ def test_the_env_hands_the_simulator_s_ground_truth_to_the_reward():
 def test_reward_can_be_replaced():
     env = NodeEnv(
         EnvConfig(scenario=THREE),
-        reward=lambda obs, caps, tail_share=None: QosFirstReward(RewardConfig(base=10.0))(obs, caps),
+        reward=lambda obs, caps: QosFirstReward(RewardConfig(base=10.0))(
+            obs, caps
+        ),  # two arguments still work
     )
     env.reset(seed=0)
     _, r, _, _, info = env.step(0)
