@@ -54,10 +54,10 @@ from typing import Literal, Protocol
 import numpy as np
 from scipy.special import betaincinv
 
+from env.metrics import MEASURE_S, TAIL_Q
 from env.types import Capabilities, Observation
 
 QosRule = Literal["interval_p99", "window_risk"]
-P99 = 0.99
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class RewardConfig:
     be_weight: float = 1.0
     reclaim_weight: float = 0.5
     qos: QosRule = "interval_p99"
-    window_s: float = 60.0  # PARTIES Sec. 5.1: the measured minute
+    window_s: float = MEASURE_S  # PARTIES Sec. 5.1: the measured minute of the window verdict
     window_confidence: float = 0.9
 
     def __post_init__(self) -> None:
@@ -135,7 +135,7 @@ def window_budget(requests: np.ndarray | Sequence[float] | float, confidence: fl
     requests (order statistic k = ceil(0.99 n)) meets the target with probability `confidence`:
     P(Beta(k, n - k + 1) <= 1 - share) = confidence (module docstring)."""
     n = np.maximum(np.asarray(requests, dtype=float), 1.0)
-    k = np.ceil(P99 * n)
+    k = np.ceil(TAIL_Q * n)
     return 1.0 - betaincinv(k, n - k + 1.0, confidence)
 
 
@@ -164,12 +164,14 @@ class QosFirstReward:
     ) -> RewardTerms:
         c = self.config
         violation, missed = 0.0, False
-        risk = c.qos == "window_risk" and tail_share is not None
+        truth = tail_share if c.qos == "window_risk" else None
         budgets = (
-            window_budget([s.load_rps * c.window_s for s in obs.apps], c.window_confidence) if risk else None
+            window_budget([s.load_rps * c.window_s for s in obs.apps], c.window_confidence)
+            if truth is not None
+            else None
         )
         for i, s in enumerate(obs.apps):
-            share = tail_share.get(s.name, math.nan) if risk and tail_share is not None else math.nan
+            share = truth.get(s.name, math.nan) if truth is not None else math.nan
             if budgets is not None and math.isfinite(share):
                 b = float(budgets[i])
                 if share > b:

@@ -434,6 +434,17 @@ def _convolve(coef, rate, n, q, r):
     return n + 1
 
 
+@njit(cache=True)
+def _service_wait(coef, rate, n, weight, r_svc, q, r_wait):
+    """Append to the tail at term n one queue's sojourn, with `weight` of the requests: service ~
+    Exp(r_svc) plus, with probability q, a wait ~ Exp(r_wait). Returns the new number of terms."""
+    coef[n] = weight
+    rate[n] = r_svc
+    if q > 1e-12:
+        return n + _convolve(coef[n:], rate[n:], 1, q, r_wait)
+    return n + 1
+
+
 @njit(cache=True, inline="always")
 def _tail(x, coef, rate, n):
     if x <= 0.0:
@@ -1165,18 +1176,13 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             if lam_h > lam_c * (1.0 + 1e-9):
                 w_h = lam_h / lam_q
                 lam_r = (lam_q - lam_h) / (servers - 1.0)
-                coef[0] = w_h
-                rt[0] = mu / (1.0 - det)
-                nt = _convolve(coef, rt, 1, lam_h / mu, (mu - lam_h) * 2.0 / (1.0 + p[P_CV2]))
-                coef[nt] = 1.0 - w_h
-                rt[nt] = mu / (1.0 - det)
-                nt += _convolve(coef[nt:], rt[nt:], 1, lam_r / mu, (mu - lam_r) * 2.0 / (1.0 + p[P_CV2]))
+                stretch = 2.0 / (1.0 + p[P_CV2])
+                nt = _service_wait(coef, rt, 0, w_h, mu / (1.0 - det), lam_h / mu, (mu - lam_h) * stretch)
+                nt = _service_wait(
+                    coef, rt, nt, 1.0 - w_h, mu / (1.0 - det), lam_r / mu, (mu - lam_r) * stretch
+                )
             else:
-                coef[0] = 1.0
-                rt[0] = mu / (1.0 - det)
-                nt = 1
-                if cw > 1e-12:
-                    nt = _convolve(coef, rt, nt, cw, theta)
+                nt = _service_wait(coef, rt, 0, 1.0, mu / (1.0 - det), cw, theta)
             nt = _convolve(coef, rt, nt, q_io, r_io)
             nt = _convolve(coef, rt, nt, pwait[w], 1.0 / pl[PL_SCHED_S])
             if r_net > 0.0 and r_net < 100.0 * mu:  # skip a link queue under 1% of the service time
