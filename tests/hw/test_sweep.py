@@ -93,15 +93,17 @@ def test_cli_bad_arguments_exit_2_naming_the_problem(tmp_path, capsys, args, mat
 @pytest.mark.linux
 @pytest.mark.skipif(real_capability() is not None, reason=f"real sweep: {real_capability()}")
 def test_real_sweep_throttled_memcached_is_slower_and_the_node_restores_its_cgroup(tmp_path):
-    # 20k rps needs well over 0.05 core of memcached on any machine: that quota saturates it
-    cfg = SweepConfig(rates_rps=(20000.0,), quotas_cores=(0.05, 2.0), measure_s=3.0, settle_s=1.5)
+    # 8k rps needs well over 0.05 core of memcached on any machine, so that quota saturates it; and
+    # the Python generator keeps to 8k rps on a slow 2-core VM (at 20k it fell behind its schedule
+    # there and timed out whatever the quota)
+    cfg = SweepConfig(rates_rps=(8000.0,), quotas_cores=(0.05, 2.0), measure_s=3.0, settle_s=1.5)
     before = Path("/proc/self/cgroup").read_text()
     lines = []
     points = real_sweep(cfg, lines.append, workdir=tmp_path)
     print("\n" + "\n".join(lines))
     pts = by_key(points)
     assert all(p.source == "real" and p.intervals >= 4 for p in points)
-    assert pts[20000.0, 0.05].p99_us > 5 * pts[20000.0, 2.0].p99_us
+    assert pts[8000.0, 0.05].p99_us > 5 * pts[8000.0, 2.0].p99_us
     assert not list(Path("/sys/fs/cgroup/cpu").glob("coloc_sweep_*"))  # the node removed its cgroups
     assert Path("/proc/self/cgroup").read_text() == before
     assert not list(tmp_path.iterdir())  # its scratch directory is gone too
