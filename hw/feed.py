@@ -6,7 +6,7 @@ appended to a file:
     {"app": "memcached", "t": 1732200000.25, "p99_us": 412.0, "rps": 4980.0,
      "p50_us": 95.0, "p999_us": 1310.0, "requests": 2490,
      "histogram": "HISTFAAAAC54nJNpmSzMwMDAzwABTFCaEUQwT25nsP8AETjOKHKUUWQmkGQWOcgiAgCicAe+",
-     "histogram_unit": "us", "sub_p99_us": [398.0, 405.5, null, 420.0, 401.0]}
+     "histogram_unit": "us", "sub_p99_us": [398.0, 405.5, null, 420.0, 401.0], "lag_p99_us": 60.0}
 
 | key        | required | meaning                                                                  |
 |------------|----------|--------------------------------------------------------------------------|
@@ -20,6 +20,7 @@ appended to a file:
 | `histogram`| no       | the interval's latencies: HdrHistogram's encoded form ("HISTF...", the V2 compressed base64 of wrk2 and the HdrHistogram interval logs) |
 | `histogram_unit` | no | the unit of the histogram's values: "ns", "us" (default, wrk2's), "ms" or "s" |
 | `sub_p99_us` | no   | the p99 of each equal sub-interval of the interval, in order (us, > 0; null: no response in it) |
+| `lag_p99_us` | no   | an open-loop generator's own lateness against its send schedule, p99 over the interval (us, >= 0): the latencies include it, so a lag near the p99 means the generator, not the service, set it |
 
 Other keys are ignored (room for extensions). A line that is not such an object (bad JSON, a
 missing or mistyped key, a latency <= 0, NaN, a histogram that does not decode, a `requests` that
@@ -84,6 +85,7 @@ class LatencyReading:
     requests: int = 0
     histogram: LatencyHistogram | None = None  # the interval's latencies, when the writer sent them
     sub_p99_us: tuple[float, ...] = ()  # p99 per sub-interval (NaN: none in it), when the writer sent them
+    lag_p99_us: float = math.nan  # the generator's schedule lag p99 (module docstring), when it sent it
 
 
 class LatencySource(Protocol):
@@ -106,6 +108,7 @@ class LatencyPublisher(Protocol):
         requests: int = 0,
         histogram: LatencyHistogram | None = None,
         sub_p99_us: tuple[float, ...] = (),
+        lag_p99_us: float = math.nan,
     ) -> None: ...
 
 
@@ -134,6 +137,7 @@ def encode_line(
     requests: int = 0,
     histogram: LatencyHistogram | None = None,
     sub_p99_us: tuple[float, ...] = (),
+    lag_p99_us: float = math.nan,
 ) -> bytes:
     """One wire-format line (with its newline). Optional values that are NaN (or None) are left
     out; a histogram goes in HdrHistogram's encoded form with values in ns; a NaN sub-interval p99
@@ -153,6 +157,8 @@ def encode_line(
         obj["histogram_unit"] = "ns"
     if sub_p99_us:
         obj["sub_p99_us"] = [None if math.isnan(x) else x for x in sub_p99_us]
+    if not math.isnan(lag_p99_us):
+        obj["lag_p99_us"] = lag_p99_us
     line = json.dumps(obj, allow_nan=True, separators=(",", ":"))
     _validate(obj, line)
     return line.encode() + b"\n"
@@ -201,7 +207,7 @@ def _sub_p99s(obj: dict, line: str) -> tuple[float, ...]:
 
 def _validate(
     obj: object, line: str
-) -> tuple[str, float, float, float, float, float, int, LatencyHistogram | None, tuple[float, ...]]:
+) -> tuple[str, float, float, float, float, float, int, LatencyHistogram | None, tuple[float, ...], float]:
     if not isinstance(obj, dict):
         raise FeedFormatError(f"expected a JSON object, got {type(obj).__name__} in {line[:200]!r}")
     missing = [k for k in ("app", "t", "p99_us", "rps") if k not in obj]
@@ -225,7 +231,8 @@ def _validate(
                 f"requests ({requests}) differs from the histogram's count ({hist.count}) in {line[:200]!r}"
             )
         requests = hist.count
-    return app, t, p99, rps, p50, p999, requests, hist, _sub_p99s(obj, line)
+    lag = _number(obj, "lag_p99_us", line, positive=False) if obj.get("lag_p99_us") is not None else math.nan
+    return app, t, p99, rps, p50, p999, requests, hist, _sub_p99s(obj, line), lag
 
 
 def parse_line(line: str | bytes, t_s: float) -> tuple[LatencyReading, float]:
@@ -246,8 +253,8 @@ def parse_line(line: str | bytes, t_s: float) -> tuple[LatencyReading, float]:
         obj = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
         raise FeedFormatError(f"not JSON ({e}) in {text[:200]!r}") from None
-    app, t, p99, rps, p50, p999, requests, hist, subs = _validate(obj, text)
-    return LatencyReading(app, t_s, p99, rps, p50, p999, requests, hist, subs), t
+    app, t, p99, rps, p50, p999, requests, hist, subs, lag = _validate(obj, text)
+    return LatencyReading(app, t_s, p99, rps, p50, p999, requests, hist, subs, lag), t
 
 
 # -- readers -----------------------------------------------------------------------------------
@@ -565,6 +572,7 @@ class MemoryFeed:
         requests: int = 0,
         histogram: LatencyHistogram | None = None,
         sub_p99_us: tuple[float, ...] = (),
+        lag_p99_us: float = math.nan,
     ) -> None:
         line = encode_line(
             app,
@@ -576,6 +584,7 @@ class MemoryFeed:
             requests=requests,
             histogram=histogram,
             sub_p99_us=sub_p99_us,
+            lag_p99_us=lag_p99_us,
         )
         reading, _ = parse_line(line, self._clock())  # same validation as the wire
         self._store.put(reading)
@@ -617,6 +626,7 @@ class _LinePublisher(abc.ABC):
         requests: int = 0,
         histogram: LatencyHistogram | None = None,
         sub_p99_us: tuple[float, ...] = (),
+        lag_p99_us: float = math.nan,
     ) -> None:
         line = encode_line(
             app,
@@ -628,6 +638,7 @@ class _LinePublisher(abc.ABC):
             requests=requests,
             histogram=histogram,
             sub_p99_us=sub_p99_us,
+            lag_p99_us=lag_p99_us,
         )
         try:
             self._send(line)

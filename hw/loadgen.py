@@ -1130,6 +1130,7 @@ class LoadGenerator:
                         requests=st.samples,
                         histogram=st.histogram,
                         sub_p99_us=st.sub_p99_us,
+                        lag_p99_us=math.nan if st.lag_p99_us is None else st.lag_p99_us,
                     )
                 except Exception as e:
                     self.publish_errors += 1

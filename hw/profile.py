@@ -27,7 +27,11 @@ steady states of the same kernel).
    cgroup) and the BE job and sets each quota (read back from `cpu.cfs_quota_us`); the open-loop
    load generator (`hw.loadgen` under SCHED_FIFO, `--target`) or your own (`--load-cmd`, publishing
    to the latency feed file it is given, `hw.feed`) drives it; every interval's latency histogram
-   is kept (merged per point: the window p99 beside the median interval p99).
+   is kept (merged per point: the window p99 beside the median interval p99). A generator that
+   publishes its own schedule lag (`hw.loadgen` does) marks a point whose median lag p99 is over
+   1 ms and a quarter of its p99 generator-bound (`hw.sweep.generator_bound`): its latency is the generator's
+   lateness (a rate this machine's generator does not keep, or a busy machine), so it is left out of
+   the fit and of the error summaries and listed in the report.
 4. **Fit** (`FITTED_APP`, `node_params`): the profile's max load (its service time: the knee of
    PARTIES Sec. 3.2 on the whole node), fixed latency (loopback, client), service variability, and
    the node's stranded CFS runtime (plus its wake-up delay with a co-runner) to the fitted half.
@@ -80,9 +84,12 @@ from env.sim.fit import MeasuredPoint, Param, fit_measured, simulate_points
 from env.sim.platform import Platform, load_platform
 from env.sim.profiles import LcProfile, Reference
 from hw.sweep import (
+    GENERATOR_BOUND_FRAC,
+    GENERATOR_BOUND_MIN_LAG_US,
     LoadgenProcess,
     floats_arg,
     free_port,
+    generator_bound,
     read_readings,
     start_be_in,
     start_memcached,
@@ -265,15 +272,17 @@ def fit_budget(cfg: PlanConfig, n_points: int, n_rates: int, budget_s: float | N
 @dataclass(frozen=True)
 class Window:
     """One measured window: the interval p99s (us), their histograms merged, the service's CPU use
-    (cores), the requests sent (per second), and the machine's other work meanwhile (cores: CPU
+    (cores), the requests sent (per second), the machine's other work meanwhile (cores: CPU
     time at normal priority neither the service nor the BE job used - the load generator, other
-    tenants - and the vCPUs' steal time)."""
+    tenants - and the vCPUs' steal time), and the generator's schedule lag p99 of each interval
+    (us; () when the generator does not publish it)."""
 
     p99s_us: tuple[float, ...]
     histogram: LatencyHistogram
     cpu_cores: float
     sent_rps: float
     background_cores: float = 0.0
+    lag_p99s_us: tuple[float, ...] = ()
 
 
 class Bench(Protocol):
@@ -305,6 +314,18 @@ class Measured:
     histogram: LatencyHistogram
     cpu_cores: tuple[float, ...]
     background_cores: tuple[float, ...] = ()
+    lag_p99s_us: tuple[float, ...] = ()
+
+    @property
+    def lag_p99_us(self) -> float:
+        """The generator's schedule lag, median of its interval p99s (us); NaN when not published."""
+        ls = [x for x in self.lag_p99s_us if math.isfinite(x)]
+        return float(np.median(ls)) if ls else math.nan
+
+    @property
+    def generator_bound(self) -> bool:
+        """The generator's lateness is a large part of the p99 (module docstring, step 3)."""
+        return generator_bound(self.lag_p99_us, self.p99_us)
 
     @property
     def background(self) -> float:
@@ -342,10 +363,14 @@ def measure_plan(
             pooled.setdefault(point.key, []).append(w)
             done = sum(len(ws) for ws in pooled.values())
             p99 = statistics.median(w.p99s_us) if w.p99s_us else math.nan
+            lags = [x for x in w.lag_p99s_us if math.isfinite(x)]
+            lag = f", generator lag p99 {statistics.median(lags):.0f} us" if lags else ""
+            if lags and generator_bound(statistics.median(lags), p99):
+                lag += " GENERATOR-BOUND"
             left = (time.monotonic() - t0) / done * (total - done)
             progress(
                 f"[{done:3d}/{total}] {point.label()}: p99 {p99:9.0f} us ({len(w.p99s_us)} intervals, "
-                f"{w.cpu_cores:.2f} cores, other work {w.background_cores:.2f})  {_duration(left)} left"
+                f"{w.cpu_cores:.2f} cores, other work {w.background_cores:.2f}{lag})  {_duration(left)} left"
             )
     points = {p.key: p for run in runs for p in run}
     out = [
@@ -355,6 +380,7 @@ def measure_plan(
             merge(w.histogram for w in ws),
             tuple(w.cpu_cores for w in ws),
             tuple(w.background_cores for w in ws),
+            tuple(x for w in ws for x in w.lag_p99s_us),
         )
         for k, ws in pooled.items()
     ]
@@ -522,8 +548,8 @@ def compare_rows(prof: LcProfile, platform: Platform, measured: Sequence[Measure
                 "p99_q25_us": q25, "p99_q75_us": q75, "intervals": len(m.p99s_us),
                 "window_p99_us": m.histogram.quantile_us(0.99) if m.histogram else math.nan,
                 "cpu_cores": float(np.median(m.cpu_cores)) if m.cpu_cores else math.nan,
-                "background_cores": m.background,
-                "sim_p99_us": s, "error": s / m.p99_us - 1.0 if m.p99_us > 0 else math.nan,
+                "background_cores": m.background, "generator_lag_p99_us": m.lag_p99_us,
+                "generator_bound": m.generator_bound, "sim_p99_us": s, "error": s / m.p99_us - 1.0 if m.p99_us > 0 else math.nan,
             }
         )  # fmt: skip
     return rows
@@ -674,6 +700,19 @@ def report_md(data: dict) -> str:
         )
     if data.get("skipped"):
         lines += ["", "Left out (demand above the quota's limit): " + "; ".join(data["skipped"])]
+    bound = [r for r in data["points"] if r.get("generator_bound")]
+    if bound:
+        lines += [
+            "",
+            f"Generator-bound, left out of the fit and the errors (the generator's lag p99 over "
+            f"{GENERATOR_BOUND_MIN_LAG_US / 1000:g} ms and {GENERATOR_BOUND_FRAC:.0%} of the p99: its latency "
+            "is the generator's): "
+            + "; ".join(
+                f"{r['role']} {r['rate_rps']:.0f} rps at {r['quota_cores']:g} cores (lag p99 "
+                f"{r['generator_lag_p99_us']:.0f} us of {r['p99_us']:.0f})"
+                for r in bound
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -830,9 +869,20 @@ def fit_and_report(
     pl0 = base_platform(base, cfg.name, m.node.cores, cfg.knobs, cfg.quota_step_cores, m.node.cfs_period_ms)
     target = qos_target(cfg.qos_target_us, m.probe, m.measured)
     prof0 = base_profile(cfg.name, cfg.info, m.probe, target, outputs.reference(cfg.name))
-    fit_points = [x for x in m.measured if x.point.role == "fit" and x.p99s_us]
+    fit_points = [x for x in m.measured if x.point.role == "fit" and x.p99s_us and not x.generator_bound]
+    bound = [x for x in m.measured if x.p99s_us and x.generator_bound]
+    if bound:
+        progress(
+            f"warning: {len(bound)} point(s) generator-bound, left out of the fit and the errors "
+            f"({', '.join(x.point.label() for x in bound)}): lower --max-rate or --load-range, or measure on a quieter machine"
+        )
     if len(fit_points) < 3:
-        raise RuntimeError(f"only {len(fit_points)} fitted points were measured: too few to fit")
+        more = sum(x.point.role == "fit" for x in bound)
+        raise RuntimeError(
+            f"only {len(fit_points)} fitted points were measured"
+            + (f" ({more} more were generator-bound)" if more else "")
+            + ": too few to fit"
+        )
     params = app_params(m.probe, target) + node_params(
         any(x.point.be_threads for x in fit_points), m.node.cfs_slice_ms
     )
@@ -851,7 +901,8 @@ def fit_and_report(
     valid = [x for x in m.measured if x.p99s_us]
     rows = compare_rows(prof, pl, valid)
     summary = {
-        k: dataclasses.asdict(Errors.of([r for r in rows if r["role"] == k])) for k in ("fit", "heldout")
+        k: dataclasses.asdict(Errors.of([r for r in rows if r["role"] == k and not r["generator_bound"]]))
+        for k in ("fit", "heldout")
     }
     data = {
         "name": cfg.name,
@@ -900,6 +951,7 @@ def _measured_json(m: Measured) -> dict:
         "histogram": m.histogram.encode() if m.histogram else None,
         "cpu_cores": list(m.cpu_cores),
         "background_cores": list(m.background_cores),
+        "lag_p99s_us": [x if math.isfinite(x) else None for x in m.lag_p99s_us],
     }
 
 
@@ -925,6 +977,7 @@ def load_measurements(path: Path) -> tuple[Measurements, PlanConfig, ServiceInfo
                 LatencyHistogram.decode(x["histogram"]) if x["histogram"] else LatencyHistogram.empty(),
                 tuple(float(v) for v in x["cpu_cores"]),
                 tuple(float(v) for v in x.get("background_cores", ())),
+                tuple(math.nan if v is None else float(v) for v in x.get("lag_p99s_us", ())),
             )
             for x in data["measurements"]
         ]
@@ -1062,6 +1115,7 @@ class LinuxBench:
             (c1 - c0) / max(t1 - t0, 1e-9),
             float(np.mean([r.rps for r in got])) if got else 0.0,
             max(0.0, ((m1 - m0) - (c1 - c0) - (b1 - b0)) / max(t1 - t0, 1e-9)),
+            tuple(r.lag_p99_us for r in got),
         )
 
     def _be_cpu_s(self) -> float:

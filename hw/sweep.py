@@ -6,7 +6,12 @@ it, so that on a small machine the generator's own scheduling delay is not count
 latency). For each rate the quota is set through `LinuxNode.apply` to each value in turn (the node
 reads it back from `cpu.cfs_quota_us`); after `settle_s` the p99 of every 500 ms interval of the
 next `measure_s` comes from the generator's latency feed, and the point is their median (with the
-quartiles). The node restores the cgroups when it closes.
+quartiles). The generator times each request from when its open-loop schedule meant to send it, so
+its own lateness is part of every latency; it publishes that lag with each interval, and a point
+whose median lag p99 is behind schedule by the generator's own measure (over 1 ms) and over
+`GENERATOR_BOUND_FRAC` of its p99 is flagged generator-bound (`generator_bound`): it measured the
+generator (too high a rate for this machine, or a busy one), not memcached. The node
+restores the cgroups when it closes.
 
 Sim half: the simulator's memcached profile (`configs/apps/memcached.yaml`, two worker threads
 like the real one) on a platform file (default `configs/node/vm2.yaml`, this VM), the same rates
@@ -54,6 +59,13 @@ from hw.linux_node import LinuxNode
 ROOT = Path(__file__).resolve().parents[1]
 QUOTA_STEP_CORES = 0.05  # the finest quota the sweep sets (every quota is a multiple of it)
 RT_PRIORITY = 10
+GENERATOR_BOUND_FRAC = 0.25  # of a real point's p99: its generator lag p99 above it (module docstring) ...
+GENERATOR_BOUND_MIN_LAG_US = 1000.0  # ... and above hw.loadgen's own "behind schedule" (max_lag_us)
+
+
+def generator_bound(lag_p99_us: float, p99_us: float) -> bool:
+    """A point's latency is its generator's lateness (module docstring); False when no lag is known."""
+    return bool(lag_p99_us > max(GENERATOR_BOUND_MIN_LAG_US, GENERATOR_BOUND_FRAC * p99_us))
 
 
 # ---- processes shared with the real-machine tests ------------------------------------------------
@@ -239,12 +251,16 @@ class LoadgenProcess:
     def p99s(self, t0: float, t1: float = math.inf) -> list[float]:
         return read_feed(self.feed, self.app, t0, t1)
 
-    def window(self, seconds: float, skip_s: float = 0.0) -> list[float]:
-        """Sleep `skip_s + seconds`; the p99s of the intervals published in the last `seconds`."""
+    def window_readings(self, seconds: float, skip_s: float = 0.0) -> list[LatencyReading]:
+        """Sleep `skip_s + seconds`; the intervals published in the last `seconds`."""
         time.sleep(skip_s)
         t0 = time.time()
         time.sleep(seconds)
-        return self.p99s(t0 + 0.25, time.time() + 0.25)  # intervals that ended inside the window
+        return read_readings(self.feed, self.app, t0 + 0.25, time.time() + 0.25)  # ended inside the window
+
+    def window(self, seconds: float, skip_s: float = 0.0) -> list[float]:
+        """Sleep `skip_s + seconds`; the p99s of the intervals published in the last `seconds`."""
+        return [r.p99_us for r in self.window_readings(seconds, skip_s)]
 
     def close(self) -> None:
         stop_process(self.proc, timeout_s=30.0)
@@ -285,7 +301,8 @@ class SweepConfig:
 
 @dataclass(frozen=True)
 class Point:
-    """One (source, rate, quota): the median interval p99 and its quartiles (us)."""
+    """One (source, rate, quota): the median interval p99 and its quartiles (us), and for a real
+    point the median of the generator's interval lag p99s (us; NaN: not published)."""
 
     source: str  # "real" or "sim"
     rate_rps: float
@@ -294,14 +311,24 @@ class Point:
     p99_q25_us: float
     p99_q75_us: float
     intervals: int
+    lag_p99_us: float = math.nan
+
+    @property
+    def generator_bound(self) -> bool:
+        """The generator's own lateness is a large part of the p99 (module docstring)."""
+        return generator_bound(self.lag_p99_us, self.p99_us)
 
 
-def _point(source: str, rate: float, quota: float, p99s: Sequence[float]) -> Point:
+def _point(
+    source: str, rate: float, quota: float, p99s: Sequence[float], lags_us: Sequence[float] = ()
+) -> Point:
     xs = np.asarray([p for p in p99s if math.isfinite(p)], dtype=float)
+    ls = [x for x in lags_us if math.isfinite(x)]
+    lag = float(np.median(ls)) if ls else math.nan
     if xs.size == 0:
-        return Point(source, rate, quota, math.nan, math.nan, math.nan, 0)
+        return Point(source, rate, quota, math.nan, math.nan, math.nan, 0, lag)
     q25, q50, q75 = np.percentile(xs, [25, 50, 75])
-    return Point(source, rate, quota, float(q50), float(q25), float(q75), int(xs.size))
+    return Point(source, rate, quota, float(q50), float(q25), float(q75), int(xs.size), lag)
 
 
 Progress = Callable[[str], None]
@@ -400,12 +427,17 @@ def real_sweep(
                         got = node.apply(base.replace_app("memcached", cores=q))["memcached"].cores
                         if abs(got - q) > 1e-6:
                             raise RuntimeError(f"asked for a quota of {q:g} cores, the cgroup holds {got:g}")
-                        p99s = lg.window(cfg.measure_s, skip_s=cfg.settle_s)
-                        out.append(_point("real", rate, q, p99s))
+                        window = lg.window_readings(cfg.measure_s, skip_s=cfg.settle_s)
+                        pt = _point(
+                            "real", rate, q, [r.p99_us for r in window], [r.lag_p99_us for r in window]
+                        )
+                        out.append(pt)
                         if progress:
                             progress(
-                                f"real {rate:8.0f} rps  quota {q:5.2f} cores  "
-                                f"p99 {out[-1].p99_us:9.0f} us  ({len(p99s)} intervals)"
+                                f"real {rate:8.0f} rps  quota {q:5.2f} cores  p99 {pt.p99_us:9.0f} us  "
+                                f"({pt.intervals} intervals; generator lag p99 {pt.lag_p99_us:.0f} us"
+                                + (", GENERATOR-BOUND)" if pt.generator_bound else ")")
+                                + ("  no interval ended in the window" if not pt.intervals else "")
                             )
         finally:
             stop_process(mc)
@@ -429,6 +461,8 @@ def compare(points: Sequence[Point]) -> list[dict]:
                 "real_p99_us": p.p99_us,
                 "sim_p99_us": s.p99_us if s else math.nan,
                 "real_over_sim": ratio,
+                "generator_lag_p99_us": p.lag_p99_us,
+                "generator_bound": p.generator_bound,
             }
         )
     return rows
@@ -436,11 +470,12 @@ def compare(points: Sequence[Point]) -> list[dict]:
 
 def table(points: Sequence[Point]) -> str:
     """The points as a text table: the simulator's p99 per rate and quota, beside the real p99, its
-    quartiles and the real/sim ratio when the real half ran."""
+    quartiles, the real/sim ratio and the generator's lag when the real half ran (generator-bound
+    points marked, with a footnote)."""
     have_real = any(p.source == "real" for p in points)
     lines = [
         f"{'rate rps':>9} {'quota':>6} {'sim p99 us':>11}"
-        + (f" {'real p99 us':>12} {'IQR':>17} {'real/sim':>8}" if have_real else "")
+        + (f" {'real p99 us':>12} {'IQR':>17} {'real/sim':>8} {'gen lag us':>11}" if have_real else "")
     ]
     real = {(p.rate_rps, p.quota_cores): p for p in points if p.source == "real"}
     for s in (p for p in points if p.source == "sim"):
@@ -448,9 +483,23 @@ def table(points: Sequence[Point]) -> str:
         r = real.get((s.rate_rps, s.quota_cores))
         if have_real and r is not None:
             iqr = f"{r.p99_q25_us:.0f}-{r.p99_q75_us:.0f}"
-            line += f" {r.p99_us:12.0f} {iqr:>17} {r.p99_us / s.p99_us:8.2f}"
+            line += f" {r.p99_us:12.0f} {iqr:>17} {r.p99_us / s.p99_us:8.2f} {r.lag_p99_us:11.0f}"
+            line += " *" if r.generator_bound else ""
         lines.append(line)
+    if any(p.generator_bound for p in points):
+        lines.append(generator_bound_note(points))
     return "\n".join(lines)
+
+
+def generator_bound_note(points: Sequence[Point]) -> str:
+    """What the generator-bound points (marked *) mean and what to do about them."""
+    n = sum(p.generator_bound for p in points)
+    return (
+        f"* {n} real point(s) generator-bound: the load generator's own lag p99 is over "
+        f"{GENERATOR_BOUND_MIN_LAG_US / 1000:g} ms and {GENERATOR_BOUND_FRAC:.0%} of the p99, so they measure "
+        "this machine's generator, not memcached; "
+        "lower --rates, or measure on a quieter machine"
+    )
 
 
 def plot(points: Sequence[Point], path: Path, title: str) -> None:
@@ -476,6 +525,12 @@ def plot(points: Sequence[Point], path: Path, title: str) -> None:
             if source == "real":
                 err = [[p.p99_us - p.p99_q25_us for p in ps], [p.p99_q75_us - p.p99_us for p in ps]]
                 ax.errorbar(x, y, yerr=err, fmt=style, color=c, capsize=3, label=f"{source} {rate:g} rps")
+                bound = [p for p in ps if p.generator_bound]
+                if bound:
+                    ax.plot(
+                        [p.quota_cores for p in bound], [p.p99_us for p in bound], "x", color="red",
+                        markersize=10, label="generator-bound" if i == 0 else None,
+                    )  # fmt: skip
             else:
                 ax.plot(x, y, style, color=c, label=f"{source} {rate:g} rps", alpha=0.8)
     ax.set_xscale("log")
@@ -501,7 +556,10 @@ def write_results(out: Path, cfg: SweepConfig, points: Sequence[Point], notes: d
         "config": asdict(cfg),
         "machine": {"node": os.uname().nodename, "cpus": os.cpu_count(), "loadavg": os.getloadavg()},
         **notes,
-        "points": [{k: num(v) for k, v in asdict(p).items()} for p in points],
+        "points": [
+            {**{k: num(v) for k, v in asdict(p).items()}, "generator_bound": p.generator_bound}
+            for p in points
+        ],
         "comparison": [{k: num(v) for k, v in row.items()} for row in compare(points)],
     }
     (out / "sweep.json").write_text(json.dumps(data, indent=1) + "\n")
@@ -598,6 +656,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     write_results(args.out, cfg, points, notes)
     print(table(points))
+    if any(p.generator_bound for p in points):
+        print(f"{ap.prog}: warning: {generator_bound_note(points)[2:]}", file=sys.stderr)
+    empty = [p for p in points if p.source == "real" and not p.intervals]
+    if empty:
+        print(
+            f"{ap.prog}: warning: {len(empty)} real point(s) got no interval from the generator in their window "
+            f"({', '.join(f'{p.rate_rps:g} rps at {p.quota_cores:g} cores' for p in empty)}): it fell behind "
+            "its schedule or memcached stopped answering",
+            file=sys.stderr,
+        )
     print(f"wrote {args.out / 'sweep.json'} and {args.out / 'sweep.png'}")
     return 0
 

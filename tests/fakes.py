@@ -473,16 +473,28 @@ class SyntheticBench:
     interval p99s at a point is the simulator's for a known profile on a known platform (what a fit
     should recover), each interval's p99 jittered by a seeded lognormal factor, its CPU use the
     rate times its service time. `measured` lists the points it was asked for; `closed` is set by
-    `close()`; `fail_after` raises RuntimeError on that call (a service that dies mid-run)."""
+    `close()`; `fail_after` raises RuntimeError on that call (a service that dies mid-run). Its
+    generator publishes a schedule lag p99 of 50 us, or above `generator_max_rps` falls behind:
+    `GENERATOR_LAG_US` late, and every latency with it."""
+
+    GENERATOR_LAG_US = 20_000.0
 
     def __init__(
-        self, prof, platform, *, jitter: float = 0.05, seed: int = 0, fail_after: int | None = None
+        self,
+        prof,
+        platform,
+        *,
+        jitter: float = 0.05,
+        seed: int = 0,
+        fail_after: int | None = None,
+        generator_max_rps: float = float("inf"),
     ) -> None:
         from env.sim.engine import reference_knee
 
         self.prof, self.platform, self.jitter, self.seed = prof, platform, jitter, seed
         self.svc_s = reference_knee(prof, platform)[0]
         self.fail_after = fail_after
+        self.generator_max_rps = generator_max_rps
         self.measured: list[Any] = []
         self.closed = False
 
@@ -507,8 +519,16 @@ class SyntheticBench:
         rng = np.random.default_rng([self.seed, len(self.measured)])
         n = max(1, round(measure_s / self.platform.interval_s))
         p99s = p99 * np.exp(self.jitter * rng.standard_normal(n))
+        lag = self.GENERATOR_LAG_US if point.rate_rps > self.generator_max_rps else 50.0
+        p99s = p99s + (lag if lag > 50.0 else 0.0)
         cpu = min(point.rate_rps * self.svc_s, point.quota_cores)
-        return Window(tuple(float(x) for x in p99s), LatencyHistogram.of_values_us(p99s), cpu, point.rate_rps)
+        return Window(
+            tuple(float(x) for x in p99s),
+            LatencyHistogram.of_values_us(p99s),
+            cpu,
+            point.rate_rps,
+            lag_p99s_us=n * (lag,),
+        )
 
     def close(self) -> None:
         self.closed = True

@@ -99,6 +99,8 @@ def test_optional_nulls_and_unknown_keys_are_accepted():
         (_line(sub_p99_us=412.0), "sub_p99_us must be a list"),
         (_line(sub_p99_us=[400.0, 0.0]), "sub_p99_us must be finite and > 0"),
         (_line(sub_p99_us=[400.0, "x"]), "sub_p99_us must be a number"),
+        (_line(lag_p99_us=-1.0), "lag_p99_us must be finite and >= 0"),
+        (_line(lag_p99_us="late"), "lag_p99_us must be a number"),
     ],
 )
 def test_malformed_lines_raise_with_the_reason(line, reason):
@@ -132,6 +134,17 @@ def test_sub_interval_p99s_travel_with_nulls_for_empty_sub_intervals():
     r, _ = parse_line(line, t_s=0.0)
     assert r.sub_p99_us[0] == 398.0 and math.isnan(r.sub_p99_us[1]) and r.sub_p99_us[2] == 420.0
     assert parse_line(_line(), t_s=0.0)[0].sub_p99_us == ()  # optional: absent means none
+
+
+def test_the_generators_lag_travels_and_is_nan_when_absent():
+    line = encode_line("memcached", 420.0, 5000.0, t=1.0, lag_p99_us=0.0)
+    assert json.loads(line)["lag_p99_us"] == 0.0  # zero lag is a reading, not an absence
+    assert parse_line(line, t_s=0.0)[0].lag_p99_us == 0.0
+    assert (
+        parse_line(encode_line("memcached", 420.0, 5000.0, t=1.0, lag_p99_us=75.5), 0.0)[0].lag_p99_us == 75.5
+    )
+    assert "lag_p99_us" not in json.loads(encode_line("memcached", 420.0, 5000.0, t=1.0))
+    assert math.isnan(parse_line(_line(), t_s=0.0)[0].lag_p99_us)
 
 
 # -- staleness ---------------------------------------------------------------------------------

@@ -386,6 +386,8 @@ def test_unanswered_requests_are_timeouts_and_enter_the_histogram():
     # the interval's histogram travels with its p99: every request of it, at the timeout
     assert r.histogram is not None and r.histogram.count == r.requests > 0
     assert r.histogram.quantile_us(0.5) == pytest.approx(100_000, rel=0.01)
+    # and the generator's own lateness, so a reader can tell a late generator from a slow server
+    assert r.lag_p99_us == summary.intervals[-1].lag_p99_us >= 0.0
 
 
 def test_with_timeouts_left_out_an_interval_without_responses_is_not_published():

@@ -92,6 +92,30 @@ def test_the_profiler_recovers_a_synthetic_service_and_writes_files_the_simulato
     assert np.allclose(sim, [r["sim_p99_us"] for r in rows], rtol=1e-9)
 
 
+def test_points_where_the_generator_fell_behind_are_left_out_of_the_fit_and_reported(tmp_path, configs):
+    prof, platform = true_service()
+    bench = SyntheticBench(prof, platform, generator_max_rps=10_000.0)
+    out = tmp_path / "report"
+    assert run_fake(configs, out, bench=bench)[0] == 0
+    data = json.loads((out / "profile.json").read_text())
+    bound = [r for r in data["points"] if r["generator_bound"]]
+    assert bound and all(r["rate_rps"] > 10_000.0 for r in bound)
+    assert all(not r["generator_bound"] for r in data["points"] if r["rate_rps"] <= 10_000.0)
+    # the lagging points would cost the fit its accuracy: left out, it finds the service again
+    assert data["summary"]["heldout"]["median"] < 0.10
+    assert data["summary"]["fit"]["points"] + data["summary"]["heldout"]["points"] == len(
+        data["points"]
+    ) - len(bound)
+    assert "Generator-bound, left out of the fit" in (out / "report.md").read_text()
+    # and a refit from the measurements keeps them out
+    refit = tmp_path / "refit"
+    args = ["--from-measurements", str(out / "profile.json"), "--name", "syn", "--out", str(refit)]
+    rc = P.run([*args, "--configs", str(configs), "--overwrite"])
+    assert rc == 0
+    again = json.loads((refit / "profile.json").read_text())
+    assert [r["generator_bound"] for r in again["points"]] == [r["generator_bound"] for r in data["points"]]
+
+
 @pytest.mark.parametrize("loadavg, busy", [(0.6, False), (1.0, False), (1.1, True), (6.0, True)])
 def test_a_busy_node_is_warned_about_before_measuring_and_in_the_report(
     tmp_path, configs, monkeypatch, capsys, loadavg, busy

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,25 @@ def test_cli_sim_only_writes_json_and_png(tmp_path, capsys):
     assert "sim p99 us" in out.out and "quota  0.10" in out.err  # the table, and progress lines
 
 
+def test_a_point_whose_generator_lagged_is_flagged_in_the_table():
+    real = [
+        sweep._point("real", 8000.0, 0.05, [2e5, 3e5, 4e5], lags_us=[1e3, 2e3, 9e5]),  # memcached throttled
+        sweep._point("real", 8000.0, 2.0, [4e3, 5e3, 6e3], lags_us=[2e3, 3e3, 3e3]),  # the generator's lag
+    ]
+    assert [p.lag_p99_us for p in real] == [2e3, 3e3]  # medians over the intervals
+    assert [p.generator_bound for p in real] == [False, True]  # 3 ms of a 5 ms p99
+    assert not sweep._point("real", 8000.0, 2.0, [4e3]).generator_bound  # no lag published: no verdict
+    # under a millisecond the generator is on schedule by its own measure (hw.loadgen's max_lag_us)
+    assert not sweep._point("real", 8000.0, 2.0, [1e3], lags_us=[800.0]).generator_bound
+    text = sweep.table(
+        sim_sweep(SweepConfig(rates_rps=(8000.0,), quotas_cores=(0.05, 2.0), measure_s=1.0)) + real
+    )
+    rows = text.splitlines()
+    assert rows[1].split()[:2] == ["8000", "0.05"] and not rows[1].endswith("*")
+    assert rows[2].split()[:2] == ["8000", "2.00"] and rows[2].endswith(" *")
+    assert "1 real point(s) generator-bound" in rows[3]
+
+
 @pytest.mark.parametrize(
     ("args", "match"),
     [
@@ -103,6 +123,7 @@ def test_real_sweep_throttled_memcached_is_slower_and_the_node_restores_its_cgro
     print("\n" + "\n".join(lines))
     pts = by_key(points)
     assert all(p.source == "real" and p.intervals >= 4 for p in points)
+    assert all(math.isfinite(p.lag_p99_us) for p in points)  # the generator publishes its lag
     assert pts[8000.0, 0.05].p99_us > 5 * pts[8000.0, 2.0].p99_us
     assert not list(Path("/sys/fs/cgroup/cpu").glob("coloc_sweep_*"))  # the node removed its cgroups
     assert Path("/proc/self/cgroup").read_text() == before
