@@ -53,7 +53,7 @@ import yaml
 
 from agents.policy import POLICY_FILE, atomic_write_bytes
 from agents.rllib.config import ResourcesConfig, TrainConfig, build_train_config, load_train_config, resolved
-from agents.rllib.imitation import collect_demonstrations, pretrain
+from agents.rllib.imitation import EpisodeRunner, collect_demonstrations, pretrain
 from agents.rllib.runtime import (
     CHECKPOINT_META,
     check_compatible,
@@ -185,26 +185,30 @@ def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None]) -> No
     log(f"warm start: {warm.teacher} drives {warm.episodes} training episodes ...")
     assert warm.teacher is not None
     make_teacher = factory_of(warm.teacher)
-    demos = collect_demonstrations(config, warm, config.ppo.gamma, 10_000 + config.seed, make_teacher)
-    torch.manual_seed(config.seed)
-    net = net_from_module_state(config.net_spec(), module_state(algo))
-    net.train()
-    stats = pretrain(net, demos, warm, seed=config.seed)
-    for r in range(1, warm.dagger_rounds + 1):
-        log(
-            f"warm start: DAgger round {r}/{warm.dagger_rounds} (accuracy so far {100 * stats.accuracy:.1f}%): "
-            f"the network acts in {100 * warm.dagger_student_frac:.0f}% of the intervals, {warm.teacher} labels ..."
-        )
-        demos = demos + collect_demonstrations(
-            config,
-            warm,
-            config.ppo.gamma,
-            10_000 + config.seed + 1_000 * r,
-            make_teacher,
-            net,
-            warm.dagger_student_frac,
-        )
-        stats = pretrain(net, demos, warm, seed=config.seed + r)
+    first = 10_000 + config.seed  # the episodes' seeds: DAgger replays them (`dagger_episodes: same`)
+    with EpisodeRunner(warm.workers) as runner:  # its processes keep the teacher's caches between rounds
+        demos = collect_demonstrations(config, warm, config.ppo.gamma, first, make_teacher, runner=runner)
+        torch.manual_seed(config.seed)
+        net = net_from_module_state(config.net_spec(), module_state(algo))
+        net.train()
+        stats = pretrain(net, demos, warm, seed=config.seed)
+        for r in range(1, warm.dagger_rounds + 1):
+            log(
+                f"warm start: DAgger round {r}/{warm.dagger_rounds} (accuracy so far {100 * stats.accuracy:.1f}%): "
+                f"the network acts in {100 * warm.dagger_student_frac:.0f}% of the intervals, {warm.teacher} "
+                f"labels ({warm.dagger_episodes} episodes) ..."
+            )
+            demos = demos + collect_demonstrations(
+                config,
+                warm,
+                config.ppo.gamma,
+                first if warm.dagger_episodes == "same" else first + 1_000 * r,
+                make_teacher,
+                net,
+                warm.dagger_student_frac,
+                runner=runner,
+            )
+            stats = pretrain(net, demos, warm, seed=config.seed + r)
     set_module_weights(algo, net)
     log(
         f"warm start: {len(demos):,} decisions ({demos.moves:,} moves, {demos.unexpressed:,} not expressible); "

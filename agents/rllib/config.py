@@ -238,7 +238,10 @@ class WarmStartConfig:
     weighted by `value_weight`: the discounted returns). Then `dagger_rounds` DAgger rounds of
     `episodes` episodes each, the network acting in a `dagger_student_frac` share of the intervals
     and the teacher labelling them all, each followed by `epochs` passes over every label so far.
-    `workers` processes drive the episodes. PPO only."""
+    `dagger_episodes`: `same` replays the teacher's episodes (their mixes, traces and perturbed
+    parameters: the student's own states on them), so a teacher that caches its plans per episode
+    (the Oracle-guided one) plans nothing again; `new` draws fresh ones each round. `workers`
+    processes drive the episodes, each keeping its caches for the whole warm start. PPO only."""
 
     teacher: str | None = None
     episodes: int = 40
@@ -248,6 +251,7 @@ class WarmStartConfig:
     value_weight: float = 0.5
     dagger_rounds: int = 0
     dagger_student_frac: float = 0.5
+    dagger_episodes: str = "same"  # or "new" (above)
     workers: int = 1  # processes driving the teacher's episodes (the same labels as one)
 
     def __post_init__(self) -> None:
@@ -264,6 +268,10 @@ class WarmStartConfig:
         if self.dagger_rounds < 0:
             raise ConfigError("warm_start.dagger_rounds must be >= 0")
         require_in("warm_start", 0.0, 1.0, dagger_student_frac=self.dagger_student_frac)
+        if self.dagger_episodes not in ("same", "new"):
+            raise ConfigError(
+                f"warm_start.dagger_episodes must be 'same' or 'new', got {self.dagger_episodes!r}"
+            )
 
 
 @dataclass(frozen=True)

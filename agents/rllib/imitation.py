@@ -31,6 +31,12 @@ kickstarting).
    after a wrong move) where it has no label and compounds them. A teacher with state (PARTIES'
    pending move and bans) keeps deciding as if its own decisions were applied; its labels on the
    student's states are what it would do there given its own history, the usual approximation.
+   By default (`dagger_episodes: same`) a round replays the teacher's episodes: the same mixes and
+   traces, the student's states on them. The episodes run in `EpisodeRunner` processes that live
+   for the whole warm start, episode k always in the same one, so a teacher's per-process caches
+   serve it in every round: the Oracle-guided teacher's plans (`baselines.oracle`, one search per
+   load step, most of the warm start's time) are searched again only for loads the first run did
+   not reach.
 4. `train.py` pushes the weights into the learner (and the env runners) before the first iteration.
 """
 
@@ -38,8 +44,10 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -50,6 +58,9 @@ from agents.rllib.envs import make_scalar_env, training_env_config
 from env.controller import ControllerContext, ControllerFactory
 from env.gym_env import ActionCodec, NodeEnv
 from env.types import N_MOVES, Capabilities, Decision, Move, Observation
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,36 @@ def discounted(rewards: list[float], gamma: float) -> np.ndarray:
     return out
 
 
+class EpisodeRunner:
+    """Runs tasks in `workers` single-process pools that live until `close()`: the task with key k
+    (an episode's index) always runs in pool k % workers, so module-level caches a teacher keeps
+    (the Oracle's plans) built for an episode in one round serve it in the next (module docstring,
+    step 3). With one worker the tasks run here, in this process, whose caches last as long. A
+    context manager."""
+
+    def __init__(self, workers: int) -> None:
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: the driver runs Ray's threads
+        n = workers if workers > 1 else 0
+        self._pools = [ProcessPoolExecutor(max_workers=1, mp_context=ctx) for _ in range(n)]
+
+    def run(self, fn: Callable[[T], R], tasks: Sequence[T], keys: Sequence[int]) -> list[R]:
+        """`fn(task)` for every task, in order; `fn` must pickle (a module-level function)."""
+        if not self._pools:
+            return [fn(t) for t in tasks]
+        futures = [self._pools[k % len(self._pools)].submit(fn, t) for t, k in zip(tasks, keys, strict=True)]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        for pool in self._pools:
+            pool.shutdown(cancel_futures=True)
+
+    def __enter__(self) -> EpisodeRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def collect_demonstrations(
     config: TrainConfig,
     warm: WarmStartConfig,
@@ -127,23 +168,25 @@ def collect_demonstrations(
     make_teacher: ControllerFactory,
     student: ColocNet | None = None,
     student_frac: float = 0.0,
+    runner: EpisodeRunner | None = None,
 ) -> Demonstrations:
     """The teacher's labels on `warm.episodes` training episodes (module docstring): driven by the
     teacher, or, with a `student`, by the student's greedy action with probability `student_frac`
     at each interval (DAgger). `make_teacher(context, None)` builds the teacher for each episode's
     simulated node (the caller binds the spec, e.g. `warm.teacher` through the controller registry;
     it must pickle when `warm.workers` > 1). Episodes are independent (episode k: seed + k, its
-    own coin for the student), so `warm.workers` processes give the same labels as one."""
+    own coin for the student), so `warm.workers` processes give the same labels as one. `runner`
+    keeps the processes (and their caches) for later rounds; without one they last this call."""
     student_state = None if student is None else (student.spec, student.state_dict())
     tasks = [
         (config, gamma, seed, ep, make_teacher, student_state, student_frac) for ep in range(warm.episodes)
     ]
-    if warm.workers <= 1 or len(tasks) <= 1:
-        parts = [_episode(t) for t in tasks]
+    episodes = list(range(warm.episodes))
+    if runner is None:
+        with EpisodeRunner(warm.workers) as own:
+            parts = own.run(_episode, tasks, episodes)
     else:
-        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: the driver runs Ray's threads
-        with ProcessPoolExecutor(max_workers=warm.workers, mp_context=ctx) as ex:
-            parts = list(ex.map(_episode, tasks))
+        parts = runner.run(_episode, tasks, episodes)
     return Demonstrations(
         np.concatenate([p[0] for p in parts]).astype(np.float32),
         np.concatenate([p[1] for p in parts]).astype(np.float32),

@@ -5,6 +5,7 @@ directly, on observations of the real env."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import numpy as np
@@ -511,6 +512,40 @@ def test_labels_the_policy_cannot_express_are_not_imitated():
     pretrain(net, unexpressible, config.warm_start, seed=0)
     for k, v in net.state_dict().items():
         torch.testing.assert_close(v, before[k])  # nothing to imitate, no critic: no change
+
+
+def _pid(_task: object) -> int:
+    return os.getpid()
+
+
+def test_the_episode_runner_keeps_each_episode_in_its_own_process_across_rounds():
+    from agents.rllib.imitation import EpisodeRunner
+
+    with EpisodeRunner(2) as runner:
+        first = runner.run(_pid, range(6), range(6))
+        again = runner.run(_pid, range(6), [4, 5, 2, 3, 0, 1])  # the same episodes, another order
+    assert first == [again[4], again[5], again[2], again[3], again[0], again[1]]  # episode k: one process
+    assert len(set(first)) == 2 and os.getpid() not in first
+    with EpisodeRunner(1) as here:
+        assert here.run(_pid, range(3), range(3)) == [os.getpid()] * 3  # one worker: this process
+
+
+def test_a_dagger_round_on_the_same_episodes_replays_the_teachers_mixes_and_traces():
+    from agents.rllib.imitation import EpisodeRunner, collect_demonstrations
+
+    config = _tiny_warm_config("warm_start.workers=2")
+    make = factory_of(config.warm_start.teacher)
+    student = ColocNet(NetSpec("single", 6, 32)).eval()
+    with EpisodeRunner(2) as runner:
+        teacher = collect_demonstrations(config, config.warm_start, 0.95, 3, make, runner=runner)
+        same = collect_demonstrations(config, config.warm_start, 0.95, 3, make, student, 1.0, runner=runner)
+        new = collect_demonstrations(
+            config, config.warm_start, 0.95, 1_003, make, student, 1.0, runner=runner
+        )
+    assert len(same) == len(teacher)  # the same episodes (an episode's length is its scenario's)
+    np.testing.assert_array_equal(teacher.features[0], same.features[0])  # its first observation
+    assert not np.array_equal(teacher.features, same.features)  # the student's states on it
+    assert not np.array_equal(teacher.features[0], new.features[0])  # fresh episodes
 
 
 def test_parallel_teacher_episodes_give_the_labels_one_process_gives():
