@@ -29,7 +29,7 @@ steady states of the same kernel).
    to the latency feed file it is given, `hw.feed`) drives it; every interval's latency histogram
    is kept (merged per point: the window p99 beside the median interval p99). A generator that
    publishes its own schedule lag (`hw.loadgen` does) marks a point whose median lag p99 is over
-   1 ms and a quarter of its p99 generator-bound (`hw.sweep.generator_bound`): its latency is the generator's
+   5 ms and a quarter of its p99 generator-bound (`hw.sweep.generator_bound`): its latency is the generator's
    lateness (a rate this machine's generator does not keep, or a busy machine), so it is left out of
    the fit and of the error summaries and listed in the report.
 4. **Fit** (`FITTED_APP`, `node_params`): the profile's max load (its service time: the knee of

@@ -79,13 +79,13 @@ def test_cli_sim_only_writes_json_and_png(tmp_path, capsys):
 def test_a_point_whose_generator_lagged_is_flagged_in_the_table():
     real = [
         sweep._point("real", 8000.0, 0.05, [2e5, 3e5, 4e5], lags_us=[1e3, 2e3, 9e5]),  # memcached throttled
-        sweep._point("real", 8000.0, 2.0, [4e3, 5e3, 6e3], lags_us=[2e3, 3e3, 3e3]),  # the generator's lag
+        sweep._point("real", 8000.0, 2.0, [9e3, 10e3, 12e3], lags_us=[6e3, 7e3, 7e3]),  # the generator's lag
     ]
-    assert [p.lag_p99_us for p in real] == [2e3, 3e3]  # medians over the intervals
-    assert [p.generator_bound for p in real] == [False, True]  # 3 ms of a 5 ms p99
+    assert [p.lag_p99_us for p in real] == [2e3, 7e3]  # medians over the intervals
+    assert [p.generator_bound for p in real] == [False, True]  # 7 ms of a 10 ms p99
     assert not sweep._point("real", 8000.0, 2.0, [4e3]).generator_bound  # no lag published: no verdict
-    # under a millisecond the generator is on schedule by its own measure (hw.loadgen's max_lag_us)
-    assert not sweep._point("real", 8000.0, 2.0, [1e3], lags_us=[800.0]).generator_bound
+    # a few milliseconds of lag on a small p99 is scheduling jitter, not a generator behind its schedule
+    assert not sweep._point("real", 8000.0, 2.0, [2.5e3], lags_us=[1.7e3]).generator_bound
     text = sweep.table(
         sim_sweep(SweepConfig(rates_rps=(8000.0,), quotas_cores=(0.05, 2.0), measure_s=1.0)) + real
     )
