@@ -90,6 +90,7 @@ from hw.sweep import (
     floats_arg,
     free_port,
     generator_bound,
+    median_lag_us,
     read_readings,
     start_be_in,
     start_memcached,
@@ -319,8 +320,7 @@ class Measured:
     @property
     def lag_p99_us(self) -> float:
         """The generator's schedule lag, median of its interval p99s (us); NaN when not published."""
-        ls = [x for x in self.lag_p99s_us if math.isfinite(x)]
-        return float(np.median(ls)) if ls else math.nan
+        return median_lag_us(self.lag_p99s_us)
 
     @property
     def generator_bound(self) -> bool:
@@ -363,9 +363,9 @@ def measure_plan(
             pooled.setdefault(point.key, []).append(w)
             done = sum(len(ws) for ws in pooled.values())
             p99 = statistics.median(w.p99s_us) if w.p99s_us else math.nan
-            lags = [x for x in w.lag_p99s_us if math.isfinite(x)]
-            lag = f", generator lag p99 {statistics.median(lags):.0f} us" if lags else ""
-            if lags and generator_bound(statistics.median(lags), p99):
+            lag_us = median_lag_us(w.lag_p99s_us)
+            lag = "" if math.isnan(lag_us) else f", generator lag p99 {lag_us:.0f} us"
+            if generator_bound(lag_us, p99):
                 lag += " GENERATOR-BOUND"
             left = (time.monotonic() - t0) / done * (total - done)
             progress(

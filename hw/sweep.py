@@ -13,8 +13,7 @@ p99 is flagged generator-bound (`generator_bound`): it measured the generator (t
 this machine, or a busy one), not memcached. The floor is what separates a generator queueing behind
 its schedule from scheduling jitter: on this project's 2-core VM, beside other work, a generator that
 kept up showed lag p99s of 0.35-1.8 ms (p99s 0.85-5.6 ms), one that did not 12 ms at 12k rps and
-0.4 s at 20k. The node
-restores the cgroups when it closes.
+0.4 s at 20k. The node restores the cgroups when it closes.
 
 Sim half: the simulator's memcached profile (`configs/apps/memcached.yaml`, two worker threads
 like the real one) on a platform file (default `configs/node/vm2.yaml`, this VM), the same rates
@@ -69,6 +68,12 @@ GENERATOR_BOUND_MIN_LAG_US = 5000.0  # ... and above this: queueing, not schedul
 def generator_bound(lag_p99_us: float, p99_us: float) -> bool:
     """A point's latency is its generator's lateness (module docstring); False when no lag is known."""
     return bool(lag_p99_us > max(GENERATOR_BOUND_MIN_LAG_US, GENERATOR_BOUND_FRAC * p99_us))
+
+
+def median_lag_us(lags_us: Sequence[float]) -> float:
+    """A point's generator lag: the median of its intervals' lag p99s (us); NaN when none was published."""
+    finite = [x for x in lags_us if math.isfinite(x)]
+    return float(np.median(finite)) if finite else math.nan
 
 
 # ---- processes shared with the real-machine tests ------------------------------------------------
@@ -326,8 +331,7 @@ def _point(
     source: str, rate: float, quota: float, p99s: Sequence[float], lags_us: Sequence[float] = ()
 ) -> Point:
     xs = np.asarray([p for p in p99s if math.isfinite(p)], dtype=float)
-    ls = [x for x in lags_us if math.isfinite(x)]
-    lag = float(np.median(ls)) if ls else math.nan
+    lag = median_lag_us(lags_us)
     if xs.size == 0:
         return Point(source, rate, quota, math.nan, math.nan, math.nan, 0, lag)
     q25, q50, q75 = np.percentile(xs, [25, 50, 75])

@@ -519,8 +519,10 @@ class SyntheticBench:
         rng = np.random.default_rng([self.seed, len(self.measured)])
         n = max(1, round(measure_s / self.platform.interval_s))
         p99s = p99 * np.exp(self.jitter * rng.standard_normal(n))
-        lag = self.GENERATOR_LAG_US if point.rate_rps > self.generator_max_rps else 50.0
-        p99s = p99s + (lag if lag > 50.0 else 0.0)
+        behind = point.rate_rps > self.generator_max_rps
+        lag = self.GENERATOR_LAG_US if behind else 50.0
+        if behind:  # every request is that late, its latency with it
+            p99s = p99s + lag
         cpu = min(point.rate_rps * self.svc_s, point.quota_cores)
         return Window(
             tuple(float(x) for x in p99s),
