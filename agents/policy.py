@@ -89,6 +89,7 @@ ActionMode = Literal["single", "per_app"]
 POLICY_FORMAT = "coloc-policy"
 POLICY_VERSION = 1
 POLICY_FILE = "policy.pt"
+LAST_POLICY_FILE = "policy_last.pt"  # a training run's last network (OUT/policy.pt is the selected one)
 MAX_HIDDEN_UNITS = 4096  # the widest network a training config may ask for (ModelConfig)
 MASKED_LOGIT = float(torch.finfo(torch.float32).min)  # "-inf" for logits: exp() = 0, no NaN
 _APP_NAMES = [f.name for f in APP_FEATURES]
@@ -495,6 +496,7 @@ def policy_summary(policy: LoadedPolicy) -> str:
 
 
 __all__ = [
+    "LAST_POLICY_FILE",
     "MASKED_LOGIT",
     "POLICY_FILE",
     "ColocNet",

@@ -16,16 +16,23 @@ The move, in this order (each only if the action mask allows it, `env.moves.plan
    that holds less of some resource than the plan: UP on that resource (cores first, then LLC ways,
    frequency, memory, disk: the order of PARTIES' wheels, Fig. 4; memory and disk only for an app
    that uses what it has, `env.moves.PRESSURE_FRAC`, as the student's mask allows);
-2. an app holding more cores, LLC ways or frequency than the plan: DOWN (the largest slack first),
-   so that the unit goes to the BE job or the idle pool, where the UP moves of step 3 take it from
+2. make before break: an app the plan trades one resource for another (less of one, more of the
+   other: the resources are fungible, PARTIES Sec. 4.2.3) gets its UP first, when the unit comes
+   from the idle pool or a BE job, or from no one (frequency);
+3. an app holding more cores, LLC ways or frequency than the plan: DOWN (the largest slack first),
+   so that the unit goes to the BE job or the idle pool, where the UP moves of step 4 take it from
    (memory and disk are not reclaimed: `RECLAIM`);
-3. any other app holding less than the plan: UP;
-4. otherwise HOLD.
+4. any other app holding less than the plan: UP;
+5. otherwise HOLD.
 
-An UP move takes its unit from the idle pool or the BE job first (PARTIES Alg. 4), so steps 2-3
+An UP move takes its unit from the idle pool or the BE job first (PARTIES Alg. 4), so steps 3-4
 move a unit between LC apps through the BE job without ever taking it from an LC app that needs
-it. In `per_app` action mode the teacher's label is this one move at its app's slot (HOLD
-elsewhere), the same as in single mode.
+it. Step 2 keeps an app from passing through an allocation below both ends of its trade: on the
+Q-PRM node the plan gives the BE job one of memcached's nine cores and memcached turbo in exchange;
+taken the other way round (the core first) memcached ran at 23x its target for the interval between,
+and a student learning from that episode sees the move that feeds the BE job followed by the worst
+miss of the episode. In `per_app` action mode the teacher's label is this one move at its app's slot
+(HOLD elsewhere), the same as in single mode.
 """
 
 from __future__ import annotations
@@ -86,7 +93,7 @@ def move_toward(
     lc = [a.name for a in caps.lc_apps if a.name in cur and a.name in target]
     g = {a: gaps(cur, target, caps, a) for a in lc}
 
-    def first(apps: list[str], direction: Direction) -> tuple[str, Move] | None:
+    def first(apps: list[str], direction: Direction, lc_victim: bool = True) -> tuple[str, Move] | None:
         for a in apps:
             for r in ORDER if direction is Direction.UP else RECLAIM:
                 d = g[a].get(r, 0.0)
@@ -94,14 +101,17 @@ def move_toward(
                     if r in (Resource.MEM, Resource.DISK) and storage_use(obs, cur, a, r) < PRESSURE_FRAC:
                         continue  # more memory / disk helps only an app that uses what it has
                     m = Move.of(direction, r)
-                    if plan_move(obs, caps, a, m).feasible:
+                    planned = plan_move(obs, caps, a, m)
+                    if planned.feasible and (lc_victim or planned.counterpart not in lc):
                         return a, m
         return None
 
     by_need = sorted(lc, key=lambda a: slack.get(a, -math.inf))
     urgent = [a for a in by_need if slack.get(a, -math.inf) < cfg.urgent_slack]
+    trading = [a for a in by_need if any(g[a].get(r, 0.0) < -0.5 for r in RECLAIM)]
     return (
         first(urgent, Direction.UP)
+        or first(trading, Direction.UP, lc_victim=False)
         or first(sorted(lc, key=lambda a: -slack.get(a, -math.inf)), Direction.DOWN)
         or first(by_need, Direction.UP)
     )

@@ -2,16 +2,19 @@
 warm start from a teacher controller, export and the final comparison with the baselines.
 `make demo` is `train.py --config demo` (configs/train/demo.yaml: a short run, then every
 baseline).
-`train.py --config demo` (configs/train/demo.yaml: a short run, then every baseline).
 
 Run directory (`--out OUT`):
 
     OUT/config.yaml             the resolved config (runs again with `--config OUT/config.yaml`)
     OUT/progress.jsonl          one line per iteration: iteration, env steps, wall time, the scalars below
-    OUT/tb/                     TensorBoard event files (tags train/, qos/, be/)
+    OUT/tb/                     TensorBoard event files (tags train/, qos/, be/, selection/)
     OUT/checkpoints/iter_NNNNNN RLlib checkpoints (`Algorithm.save_to_path`) + coloc.json (layout, iteration)
     OUT/checkpoints.sha256      the SHA-256 of every checkpoint file written (resume refuses others)
-    OUT/policy.pt               the exported policy (torch alone; spec `rl:OUT/policy.pt` or `rl:OUT`)
+    OUT/policy.pt               the policy: of the imitated network and every checkpoint, the best on
+                                validation episodes (`agents.rllib.selection`; torch alone; spec
+                                `rl:OUT/policy.pt` or `rl:OUT`)
+    OUT/policy_last.pt          the last checkpoint's network, exported the same way
+    OUT/selection.json          every scored network's validation score and the one chosen
     OUT/eval/<scenario>/        `evaluate.py compare` output of the policy vs the baselines (summary.json, ...)
     OUT/eval/summary.md         every comparison table
     OUT/run.json                how the run was started (argv, Ray address, resources); at the end
@@ -51,13 +54,14 @@ from typing import Any, TextIO
 
 import yaml
 
-from agents.policy import POLICY_FILE, atomic_write_bytes
+from agents.policy import LAST_POLICY_FILE, POLICY_FILE, atomic_write_bytes
 from agents.rllib.config import ResourcesConfig, TrainConfig, build_train_config, load_train_config, resolved
 from agents.rllib.imitation import EpisodeRunner, collect_demonstrations, pretrain
 from agents.rllib.runtime import (
     CHECKPOINT_META,
     check_compatible,
     checkpoints_in,
+    export_from_algo,
     find_checkpoint,
     module_state,
     net_from_module_state,
@@ -66,6 +70,7 @@ from agents.rllib.runtime import (
     set_module_weights,
     start_ray,
 )
+from agents.rllib.selection import Selection, adopt_last, describe, select
 from env.config import ConfigError
 from env.outdir import check_creatable, refuse_to_replace
 from harness.compare import run_compare, summary_table
@@ -356,7 +361,14 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
         write_yaml_atomic(out / "config.yaml", resolved(config))
         write_run_json(out, {"status": "training", **run_info})
         deadline = None if config.max_train_minutes is None else t_setup + 60.0 * config.max_train_minutes
-        outcome = _loop(algo, config, out, first, steps_offset, log, tensorboard_scalars, deadline)
+        selection = None
+        if config.selection.episodes > 0:
+            selection = Selection.load(out, config.selection.episodes) if plan.in_place else None
+            selection = selection or Selection(config.selection.episodes)
+        if selection is None or not selection.scores:  # the network PPO starts from is a candidate too
+            export_from_algo(algo, config, out / LAST_POLICY_FILE, first, steps_offset)
+            _select_exported(algo, config, out, first, selection, log)
+        outcome = _loop(algo, config, out, first, steps_offset, log, tensorboard_scalars, deadline, selection)
     finally:
         if algo is not None:
             algo.stop()
@@ -382,6 +394,7 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
         "setup_and_warm_start_s": round(warm_s, 1),
         "eval_wall_s": round(eval_s, 1),
         "policy": str(result.policy),
+        "policy_iteration": None if selection is None or selection.best is None else selection.best.iteration,
         "checkpoints": [str(p) for p in checkpoints_in(out)],
         "evaluation": {k: str(out / "eval" / k / "summary.json") for k in evaluation},
     }
@@ -396,6 +409,34 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
     return result
 
 
+def _select_exported(
+    algo: Any,
+    config: TrainConfig,
+    out: Path,
+    iteration: int,
+    selection: Selection | None,
+    log: Callable[[str], None],
+) -> dict[str, float]:
+    """Let the selection decide whether the algorithm's network, just exported as
+    `OUT/policy_last.pt`, becomes `OUT/policy.pt` (`agents.rllib.selection`); its validation
+    scalars for TensorBoard (none without a selection: the last network is the policy)."""
+    if selection is None:
+        adopt_last(out)
+        return {}
+    score = select(
+        net_from_module_state(config.net_spec(), module_state(algo)), config, out, iteration, selection
+    )
+    best = selection.best
+    assert best is not None  # `score` was just added
+    log(describe(score, best))
+    return {
+        "selection/reward_per_interval": score.reward_per_interval,
+        "selection/qos_met": score.qos_met,
+        "selection/be_throughput": score.be_throughput,
+        "selection/policy_iteration": float(best.iteration),
+    }
+
+
 def _loop(
     algo: Any,
     config: TrainConfig,
@@ -405,9 +446,11 @@ def _loop(
     log: Callable[[str], None],
     scalars_of: Callable[[dict[str, Any]], dict[str, float]],
     deadline: float | None = None,
+    selection: Selection | None = None,
 ) -> tuple[int, int, float]:
     """Iterate until `config.iterations`, or until the next iteration would end after `deadline`
-    (`time.perf_counter()` time; `max_train_minutes`); checkpoint on schedule and at the end."""
+    (`time.perf_counter()` time; `max_train_minutes`); checkpoint on schedule and at the end, each
+    checkpoint's network scored by `selection` (None: the last is the policy)."""
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(log_dir=str(out / "tb"))
@@ -434,6 +477,11 @@ def _loop(
                 scalars["train/iteration_s"] = now - t_iter
                 scalars["train/env_steps_per_s"] = rate
                 scalars["train/env_steps"] = float(env_steps)
+                log(progress_line(iteration, config.iterations, env_steps, rate, scalars, elapsed, eta))
+                if iteration % config.checkpoint_every == 0 or iteration == config.iterations or out_of_time:
+                    save_checkpoint(algo, config, out, iteration, env_steps)
+                    saved = iteration
+                    scalars.update(_select_exported(algo, config, out, iteration, selection, log))
                 for tag, value in scalars.items():
                     writer.add_scalar(tag, value, iteration)
                 writer.flush()
@@ -445,10 +493,6 @@ def _loop(
                 }
                 progress.write(json.dumps(record) + "\n")
                 progress.flush()
-                log(progress_line(iteration, config.iterations, env_steps, rate, scalars, elapsed, eta))
-                if iteration % config.checkpoint_every == 0 or iteration == config.iterations or out_of_time:
-                    save_checkpoint(algo, config, out, iteration, env_steps)
-                    saved = iteration
                 if out_of_time:
                     log(
                         f"time budget of {config.max_train_minutes:g} min reached: stopping after {iteration} of "
@@ -458,6 +502,8 @@ def _loop(
     except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (Ray's driver handler exits)
         if iteration > saved:
             save_checkpoint(algo, config, out, iteration, env_steps)
+            if selection is None:  # the last network is the policy (no time to score it now)
+                adopt_last(out)
             log(f"interrupted: checkpoint of iteration {iteration} saved; continue with --resume {out}")
         raise
     finally:

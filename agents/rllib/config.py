@@ -20,6 +20,8 @@ Sections:
 * `warm_start`: imitate a hand-written controller before RL (`agents.rllib.imitation`);
 * `ppo` / `dqn`: the algorithm's hyper-parameters (only the section of `algo` is used);
 * `resources`: env runners, vectorised envs per runner, learners (scaled out with `--ray-address`);
+* `selection`: which network becomes `OUT/policy.pt`: the best of the imitated one and every
+  checkpoint on validation episodes (`agents.rllib.selection`);
 * `eval`: the end-of-training comparison with the baselines (`harness.compare.run_compare`).
 """
 
@@ -275,6 +277,19 @@ class WarmStartConfig:
 
 
 @dataclass(frozen=True)
+class SelectionConfig:
+    """`episodes` validation episodes score the imitated network and every checkpoint, and the best
+    becomes `OUT/policy.pt` (`agents.rllib.selection`); 0 = the last iteration's network is the
+    policy, as without selection."""
+
+    episodes: int = 16
+
+    def __post_init__(self) -> None:
+        if self.episodes < 0:
+            raise ConfigError(f"selection.episodes must be >= 0, got {self.episodes}")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything a training run depends on (module docstring). `iterations` are RLlib training
     iterations; a checkpoint is written every `checkpoint_every` iterations and at the end, and the
@@ -300,6 +315,7 @@ class TrainConfig:
     ppo: PPOSettings = field(default_factory=PPOSettings)
     dqn: DQNSettings = field(default_factory=DQNSettings)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:

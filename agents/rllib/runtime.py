@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.policy import (
-    POLICY_FILE,
+    LAST_POLICY_FILE,
     ColocNet,
     NetSpec,
     PolicyMeta,
@@ -328,7 +328,8 @@ def export_from_algo(algo: Any, config: TrainConfig, path: Path, iteration: int,
 
 def save_checkpoint(algo: Any, config: TrainConfig, out: Path, iteration: int, env_steps: int) -> Path:
     """`OUT/checkpoints/iter_NNNNNN` (saved under a temporary name, its files recorded in the
-    manifest, then renamed), the exported `OUT/policy.pt`, and only the newest `keep_checkpoints`
+    manifest, then renamed), its network exported as `OUT/policy_last.pt` (which network becomes
+    `OUT/policy.pt` is `agents.rllib.selection`'s call), and only the newest `keep_checkpoints`
     checkpoints kept."""
     root = out / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -346,7 +347,7 @@ def save_checkpoint(algo: Any, config: TrainConfig, out: Path, iteration: int, e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    export_from_algo(algo, config, out / POLICY_FILE, iteration, env_steps)
+    export_from_algo(algo, config, out / LAST_POLICY_FILE, iteration, env_steps)
     for old in checkpoints_in(out)[: -config.keep_checkpoints]:
         shutil.rmtree(old, ignore_errors=True)
     _write_manifest(out, _present(out))

@@ -55,6 +55,49 @@ def test_a_missing_app_is_upsized_first_then_reclaims_then_the_rest(node):
     assert move_toward(dataclasses.replace(obs, allocation=target), caps, target) is None
 
 
+def test_a_trade_makes_before_it_breaks_when_the_unit_is_free(node):
+    """An app the plan gives turbo for a core gets the frequency first (no one gives it up), and a
+    core for a way first when the core comes from the BE job; when it could only come from another
+    LC app, the way goes first (never a unit taken from an app that needs it)."""
+    caps = node.capabilities()
+    obs = node.observe()
+    cur = obs.allocation
+    levels = caps.freq_levels_mhz
+    mc = cur["memcached"]
+    assert mc.freq_mhz < levels[-1]  # the fair start is below turbo
+    turbo = cur.replace_app("memcached", cores=mc.cores - 1, freq_mhz=levels[-1])
+    assert move_toward(obs, caps, turbo) == ("memcached", Move.UP_FREQ)
+    after = plan_move(obs, caps, "memcached", Move.UP_FREQ).allocation
+    assert move_toward(dataclasses.replace(obs, allocation=after), caps, turbo) == (
+        "memcached",
+        Move.DOWN_CORE,
+    )
+    # a core for a way: the core comes from the BE job, so it comes first
+    wider = cur.replace_app("memcached", cores=mc.cores + 1, llc_ways=mc.llc_ways - 1)
+    assert plan_move(obs, caps, "memcached", Move.UP_CORE).counterpart == "be_parties"
+    assert move_toward(obs, caps, wider) == ("memcached", Move.UP_CORE)
+    # the same trade when the BE job has no core left (nginx holds them): the way goes first
+    be = cur["be_parties"]
+    crowded = cur.replace_app("be_parties", cores=0.0).replace_app(
+        "nginx", cores=cur["nginx"].cores + be.cores
+    )
+    packed = dataclasses.replace(obs, allocation=crowded)
+    assert plan_move(packed, caps, "memcached", Move.UP_CORE).counterpart in {"xapian", "nginx"}
+    wider = crowded.replace_app("memcached", cores=mc.cores + 1, llc_ways=mc.llc_ways - 1)
+    assert move_toward(packed, caps, wider) == ("memcached", Move.DOWN_CACHE)
+
+
+def test_the_teacher_feeds_the_be_job_on_the_qprm_node_without_a_miss():
+    """Q-PRM thesis node (qprm-sinusoid): the plan gives the BE job one of memcached's cores and
+    memcached turbo in exchange. Turbo first: no interval of the first 30 s misses (the core first
+    cost memcached 23x its target for an interval)."""
+    scn = load_scenario(resolve_config("scenarios", "qprm-sinusoid"))
+    recs = execute(RunJob("oracle-guided", scn, scn.seed))
+    first = [r for r in recs if r.time_s <= 30.0]
+    assert any(a.name == "be_fotonik" and a.cores > 0 for r in first for a in r.alloc)  # fed early
+    assert all(a.p99_us <= a.target_us for r in first for a in r.apps)
+
+
 @pytest.mark.parametrize("scenario", ["mix3-const", "fig9-ramp"])
 def test_the_teacher_beats_parties_on_qos_and_be(scenario):
     """What the learned policy is distilled from must be better than what it should beat: on the

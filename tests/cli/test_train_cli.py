@@ -34,6 +34,7 @@ TINY = [
     "ppo.num_epochs=1",
     "resources.num_env_runners=0",
     "resources.num_envs_per_env_runner=2",
+    "selection.episodes=2",
 ]
 
 
@@ -86,6 +87,7 @@ def test_help_explains_the_flags(capsys):
         ),
         (["--config", "ppo-single", "--set", "novalue"], "expected key=value"),
         (["--config", "ppo-single", "--set", "seed=-3"], "seed must be >= 0"),
+        (["--config", "ppo-single", "--set", "selection.episodes=-1"], "selection.episodes must be >= 0"),
         (
             ["--config", "ppo-single", "--num-env-runners", "0", "--set", "eval.scenarios=[nope]"],
             "eval.scenarios",
@@ -246,10 +248,17 @@ def test_train_checkpoint_export_evaluate_and_resume(ray_session, capsys, tmp_pa
     assert [x["iteration"] for x in lines] == [1, 2] and lines[1]["env_steps"] >= 256
     tags = tb_tags(out / "tb")
     assert {"train/episode_return_mean", "train/policy_loss", "qos/met_frac", "be/throughput_mean"} <= tags
-    assert {t.split("/")[0] for t in tags} <= {"train", "qos", "be"}
+    assert {t.split("/")[0] for t in tags} <= {"train", "qos", "be", "selection"}
     assert [p.name for p in sorted((out / "checkpoints").iterdir())] == ["iter_000001", "iter_000002"]
+    last = load_policy(out / "policy_last.pt", expect_mode="single", expect_max_apps=6)
+    assert last.meta.trained_iterations == 2 and last.meta.algo == "ppo"
+    # the policy: the best of the starting network and every checkpoint on the validation episodes
+    selection = json.loads((out / "selection.json").read_text())
+    scores = {s["iteration"]: s["reward_per_interval"] for s in selection["scores"]}
+    assert sorted(scores) == [0, 1, 2] and scores[selection["best_iteration"]] == max(scores.values())
     policy = load_policy(out / "policy.pt", expect_mode="single", expect_max_apps=6)
-    assert policy.meta.trained_iterations == 2 and policy.meta.algo == "ppo"
+    assert policy.meta.trained_iterations == selection["best_iteration"] == run_json["policy_iteration"]
+    assert all("selection/reward_per_interval" in x for x in lines) and "validation (2 episodes)" in stdout
     # the comparison with PARTIES, in the schema of `evaluate.py compare`
     summary = json.loads((out / "eval" / "mix3-const" / "summary.json").read_text())
     assert summary["scenario"] == "mix3-const" and set(summary) >= {"scenario_file", "units", "results"}
@@ -276,7 +285,11 @@ def test_train_checkpoint_export_evaluate_and_resume(ray_session, capsys, tmp_pa
     lines = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
     assert [x["iteration"] for x in lines] == [1, 2, 3] and lines[2]["env_steps"] > lines[1]["env_steps"]
     assert [p.name for p in sorted((out / "checkpoints").iterdir())] == ["iter_000002", "iter_000003"]
-    assert load_policy(out).meta.trained_iterations == 3
+    assert load_policy(out / "policy_last.pt").meta.trained_iterations == 3
+    # the resumed run went on comparing with the networks before it
+    selection = json.loads((out / "selection.json").read_text())
+    assert [s["iteration"] for s in selection["scores"]] == [0, 1, 2, 3]
+    assert load_policy(out).meta.trained_iterations == selection["best_iteration"]
     # the manifest holds every file of the kept checkpoints, and only those
     recorded = read_manifest(out)
     on_disk = {p.relative_to(out).as_posix() for p in (out / "checkpoints").rglob("*") if p.is_file()}
@@ -339,5 +352,7 @@ def test_a_run_keeps_to_its_time_budget_and_returns_a_servable_policy(ray_sessio
     assert outcome.policy == tmp_path / "demo" / "policy.pt"
     # the budget ran out during the first iteration: it stopped there, with a checkpoint
     assert "time budget of 0.001 min reached: stopping after 1 of 3 iterations" in log.getvalue()
-    assert load_policy(outcome.policy).meta.trained_iterations == 1
+    assert load_policy(tmp_path / "demo" / "policy_last.pt").meta.trained_iterations == 1
+    best = json.loads((tmp_path / "demo" / "selection.json").read_text())["best_iteration"]
+    assert best in (0, 1) and load_policy(outcome.policy).meta.trained_iterations == best
     assert [p.name for p in (tmp_path / "demo" / "checkpoints").iterdir()] == ["iter_000001"]

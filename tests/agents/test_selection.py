@@ -1,0 +1,104 @@
+"""Which network becomes a run's policy: validation episodes and the selection (agents.rllib.selection)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from agents.policy import LAST_POLICY_FILE, POLICY_FILE, ColocNet
+from agents.rllib import selection as S
+from agents.rllib.config import load_train_config
+from env.types import Move
+
+# one LC app at 5-10% of its max load beside the BE job, 20 s episodes of 40 intervals
+SMALL = [
+    "env.sampler.min_apps=1",
+    "env.sampler.max_apps=1",
+    "env.sampler.load_min=0.05",
+    "env.sampler.load_max=0.1",
+    "env.sampler.duration_s=[20, 20]",
+    "env.sampler.be_probability=1.0",
+    "domain_randomization.enabled=false",
+]
+
+
+class FixedAction:
+    """A stand-in network: always the same single-mode action where the mask allows it, else HOLD."""
+
+    def __init__(self, action: int) -> None:
+        self.action = action
+
+    def eval(self) -> FixedAction:
+        return self
+
+    def greedy(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        allowed = mask[:, self.action] > 0
+        return torch.where(allowed, torch.tensor(self.action), torch.tensor(int(Move.HOLD)))
+
+
+def test_validation_is_deterministic_and_scores_every_interval_of_every_episode():
+    config = load_train_config("ppo-single", SMALL)
+    torch.manual_seed(0)
+    net = ColocNet(config.net_spec())
+    a = S.validate(net, config, episodes=3, iteration=7)
+    b = S.validate(net, config, episodes=3, iteration=7)
+    assert a == b
+    assert a.iteration == 7 and a.episodes == 3 and a.intervals == 3 * 40
+    assert 0.0 <= a.qos_met <= 1.0 and 0.0 <= a.be_throughput <= 1.0
+    assert np.isfinite(a.reward_per_interval)
+
+
+def test_validation_ranks_a_network_that_leaves_the_be_job_nothing_below_one_that_feeds_it():
+    """PARTIES' fair start gives the LC apps the node; at 5-10% load a network that hands the BE job
+    cores (<DOWN,CORE>) meets every target as one that holds does, and leaves the BE job more: it
+    must score higher."""
+    config = load_train_config("ppo-single", SMALL)
+    down_core = 1 + (int(Move.DOWN_CORE) - 1)  # slot 0's <DOWN,CORE> (env.gym_env.ActionCodec, single mode)
+    hold = S.validate(FixedAction(int(Move.HOLD)), config, episodes=2, iteration=0)
+    feed = S.validate(FixedAction(down_core), config, episodes=2, iteration=1)
+    assert hold.qos_met == pytest.approx(1.0) and feed.qos_met == pytest.approx(1.0)
+    assert hold.be_throughput == 0.0 and feed.be_throughput > 0.5
+    assert feed.reward_per_interval > hold.reward_per_interval + 0.5
+
+
+def score(iteration: int, reward: float, episodes: int = 4) -> S.ValidationScore:
+    return S.ValidationScore(iteration, reward, 0.9, 0.2, episodes, 100)
+
+
+def test_the_best_score_wins_and_the_earliest_among_equals():
+    sel = S.Selection(episodes=4)
+    assert sel.best is None
+    assert sel.add(score(0, 1.0))
+    assert sel.add(score(10, 1.5))
+    assert not sel.add(score(20, 0.5))
+    assert not sel.add(score(30, 1.5))  # a tie keeps the earlier network
+    assert sel.best is not None and sel.best.iteration == 10
+    with pytest.raises(ValueError, match="over 8 episodes"):
+        sel.add(score(40, 9.0, episodes=8))
+
+
+def test_a_selection_survives_a_resume_unless_it_was_scored_on_other_episodes(tmp_path):
+    sel = S.Selection(episodes=4, scores=[score(0, 1.0), score(10, 2.0)])
+    sel.save(tmp_path)
+    data = json.loads((tmp_path / S.SELECTION_FILE).read_text())
+    assert data["best_iteration"] == 10 and data["first_seed"] == S.VALIDATION_SEED
+    assert S.Selection.load(tmp_path, 4) == sel
+    assert S.Selection.load(tmp_path, 8).scores == []  # other episodes: not comparable
+    assert S.Selection.load(tmp_path / "nowhere", 4).scores == []
+
+
+def test_select_makes_the_exported_network_the_policy_only_when_it_is_the_best(tmp_path, monkeypatch):
+    rewards = iter([1.0, 3.0, 2.0])
+    monkeypatch.setattr(
+        S, "validate", lambda net, config, episodes, iteration: score(iteration, next(rewards))
+    )
+    sel = S.Selection(episodes=4)
+    config = load_train_config("ppo-single", SMALL)
+    for iteration in (0, 10, 20):
+        (tmp_path / LAST_POLICY_FILE).write_bytes(f"network {iteration}".encode())
+        S.select(None, config, tmp_path, iteration, sel)  # type: ignore[arg-type]  # validate is faked
+    assert (tmp_path / POLICY_FILE).read_bytes() == b"network 10"
+    assert json.loads((tmp_path / S.SELECTION_FILE).read_text())["best_iteration"] == 10
