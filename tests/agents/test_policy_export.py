@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from agents.policy import (
+    LAST_POLICY_FILE,
     POLICY_FILE,
     ColocNet,
     NetSpec,
@@ -261,8 +262,8 @@ def test_exported_module_picks_the_actions_of_rllib_inference(ray_session, tmp_p
     rllib_module = RLModule.from_checkpoint(
         ckpt / "learner_group" / "learner" / "rl_module" / "default_policy"
     )
-    exported = load_policy(out.policy, expect_mode=mode, expect_max_apps=6)
-    # the export holds exactly the weights of the checkpoint's RLModule
+    exported = load_policy(out.out / LAST_POLICY_FILE, expect_mode=mode, expect_max_apps=6)
+    # the last checkpoint's export holds exactly the weights of its RLModule
     trained = rllib_module.net.state_dict()
     assert trained.keys() == exported.net.state_dict().keys()
     for k, v in exported.net.state_dict().items():
