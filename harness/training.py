@@ -363,8 +363,8 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
         deadline = None if config.max_train_minutes is None else t_setup + 60.0 * config.max_train_minutes
         selection = None
         if config.selection.episodes > 0:
-            selection = Selection.load(out, config.selection.episodes) if plan.in_place else None
-            selection = selection or Selection(config.selection.episodes)
+            n = config.selection.episodes
+            selection = Selection.load(out, n) if plan.in_place else Selection(n)
         if selection is None or not selection.scores:  # the network PPO starts from is a candidate too
             export_from_algo(algo, config, out / LAST_POLICY_FILE, first, steps_offset)
             _select_exported(algo, config, out, first, selection, log)

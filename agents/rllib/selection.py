@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,9 +123,7 @@ class Selection:
 
     def save(self, out: Path) -> None:
         """Write `OUT/selection.json` atomically."""
-        tmp = out / f".{SELECTION_FILE}.tmp"
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(tmp, out / SELECTION_FILE)
+        atomic_write_bytes(out / SELECTION_FILE, (json.dumps(self.to_dict(), indent=2) + "\n").encode())
 
     @classmethod
     def load(cls, out: Path, episodes: int) -> Selection:
