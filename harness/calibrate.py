@@ -105,17 +105,14 @@ def parties_fig5(seed: int, workers: int, apps: Sequence[str] = calibration.APPS
     )
     by = {(g["first"], g["second"]): g["max_second_pct"] for g in grid[: len(pairs)]}
     by_warm = {(g["first"], g["second"]): g["max_second_pct"] for g in grid[len(pairs) :]}
+    pair_names = [(a, b) for a in apps for b in apps if a != b]
     typical = {
-        f"{a}+{b}": max(by[(a, b)][str(int(x))] for x in FIG5_TYPICAL_LOADS_PCT)
-        for a in apps
-        for b in apps
-        if a != b
+        f"{a}+{b}": max(by[(a, b)][str(int(x))] for x in FIG5_TYPICAL_LOADS_PCT) for a, b in pair_names
     }
     typical_share = float(np.mean([v >= FIG5_HIGH_PCT for v in typical.values()])) if typical else 0.0
     # the same pairs' most favourable typical point (the co-runner at 40%, the app at 80%) on the
     # node itself: the Oracle's verdict, so that a pair PARTIES misses is told apart from one the
     # node cannot hold
-    pair_names = [(a, b) for a in apps for b in apps if a != b]
     admitted = pmap(
         oracle_admits,
         [(a, b, min(FIG5_TYPICAL_LOADS_PCT), FIG5_HIGH_PCT, "cold") for a, b in pair_names],
