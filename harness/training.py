@@ -367,7 +367,7 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
             selection = Selection.load(out, n) if plan.in_place else Selection(n)
         if selection is None or not selection.scores:  # the network PPO starts from is a candidate too
             export_from_algo(algo, config, out / LAST_POLICY_FILE, first, steps_offset)
-            _select_exported(algo, config, out, first, selection, log)
+            _select_exported(config, out, first, selection, log)
         outcome = _loop(algo, config, out, first, steps_offset, log, tensorboard_scalars, deadline, selection)
     finally:
         if algo is not None:
@@ -410,22 +410,19 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
 
 
 def _select_exported(
-    algo: Any,
     config: TrainConfig,
     out: Path,
     iteration: int,
     selection: Selection | None,
     log: Callable[[str], None],
 ) -> dict[str, float]:
-    """Let the selection decide whether the algorithm's network, just exported as
-    `OUT/policy_last.pt`, becomes `OUT/policy.pt` (`agents.rllib.selection`); its validation
+    """Let the selection decide whether the network just exported as
+    `OUT/policy_last.pt` becomes `OUT/policy.pt` (`agents.rllib.selection`); its validation
     scalars for TensorBoard (none without a selection: the last network is the policy)."""
     if selection is None:
         adopt_last(out)
         return {}
-    score = select(
-        net_from_module_state(config.net_spec(), module_state(algo)), config, out, iteration, selection
-    )
+    score = select(config, out, iteration, selection)
     best = selection.best
     assert best is not None  # `score` was just added
     log(describe(score, best))
@@ -481,7 +478,7 @@ def _loop(
                 if iteration % config.checkpoint_every == 0 or iteration == config.iterations or out_of_time:
                     save_checkpoint(algo, config, out, iteration, env_steps)
                     saved = iteration
-                    scalars.update(_select_exported(algo, config, out, iteration, selection, log))
+                    scalars.update(_select_exported(config, out, iteration, selection, log))
                 for tag, value in scalars.items():
                     writer.add_scalar(tag, value, iteration)
                 writer.flush()

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.policy import LAST_POLICY_FILE, POLICY_FILE, ColocNet, atomic_write_bytes, one_thread
+from agents.policy import LAST_POLICY_FILE, POLICY_FILE, ColocNet, atomic_write_bytes, load_policy, one_thread
 from agents.rllib.config import TrainConfig
 from agents.rllib.envs import make_vector_env, training_env_config
 
@@ -155,12 +155,11 @@ def adopt_last(out: Path) -> None:
     atomic_write_bytes(out / POLICY_FILE, (out / LAST_POLICY_FILE).read_bytes())
 
 
-def select(
-    net: ColocNet, config: TrainConfig, out: Path, iteration: int, selection: Selection
-) -> ValidationScore:
-    """Score the network just exported as `OUT/policy_last.pt` (`net`, of `iteration`), make it
-    `OUT/policy.pt` when it is the best so far, and save the selection."""
-    score = validate(net, config, selection.episodes, iteration)
+def select(config: TrainConfig, out: Path, iteration: int, selection: Selection) -> ValidationScore:
+    """Score the network just exported as `OUT/policy_last.pt` (of `iteration`; read back from the
+    file, so the network scored is the one adopted), make it `OUT/policy.pt` when it is the best so
+    far, and save the selection."""
+    score = validate(load_policy(out / LAST_POLICY_FILE).net, config, selection.episodes, iteration)
     if selection.add(score):
         adopt_last(out)
     selection.save(out)

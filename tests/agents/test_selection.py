@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -95,10 +96,11 @@ def test_select_makes_the_exported_network_the_policy_only_when_it_is_the_best(t
     monkeypatch.setattr(
         S, "validate", lambda net, config, episodes, iteration: score(iteration, next(rewards))
     )
+    monkeypatch.setattr(S, "load_policy", lambda path: SimpleNamespace(net=path.read_bytes()))
     sel = S.Selection(episodes=4)
     config = load_train_config("ppo-single", SMALL)
     for iteration in (0, 10, 20):
         (tmp_path / LAST_POLICY_FILE).write_bytes(f"network {iteration}".encode())
-        S.select(None, config, tmp_path, iteration, sel)  # type: ignore[arg-type]  # validate is faked
+        S.select(config, tmp_path, iteration, sel)
     assert (tmp_path / POLICY_FILE).read_bytes() == b"network 10"
     assert json.loads((tmp_path / S.SELECTION_FILE).read_text())["best_iteration"] == 10
