@@ -104,8 +104,9 @@ highest P(all meet) found. `exhausted`: a budget (`search_budget` joint evaluati
 `frontier_budget` per-app ones) cut the search short; `complete`: every packing whose bound could
 beat the plan was evaluated. On PARTIES' node a plan takes under a second for mix3-const and up to a
 few seconds on most 4-6-app points (hundreds to a few thousand evaluations of 0.1-1 ms each); on
-mix6-const about a minute, most of it MongoDB's four-axis frontier (memory x disk x cores x ways,
-~4,000 evaluations per company, ~35,000 in all, within the 60,000 of `frontier_budget`).
+mix6-const a few minutes (6 on a slow day), most of it MongoDB's four-axis frontier (memory x disk
+x cores x ways; its _id index puts a cliff on the memory axis: ~117,000 evaluations in all, within
+the 150,000 of `frontier_budget`; ~35,000 before the index).
 
 Loads: the Oracle rebuilds the scenario's traces with the node's seed (as `SimNode.reset` does: the
 generator `default_rng(seed)` draws the traces in scenario order), plans for the maximum of each app's
@@ -172,7 +173,7 @@ class OracleConfig:
     interval_meet_prob: float = 0.98
     max_utilization: float = 0.9
     search_budget: int = 100_000
-    frontier_budget: int = 60_000
+    frontier_budget: int = 150_000
     be_tolerance: float = 0.005
     frontier_margin: float = 0.2
     possible_meet_prob: float = 0.001
@@ -912,7 +913,7 @@ class Planner:
         ways = tuple(
             range(caps.min_llc_ways, caps.llc_ways - (n - 1) * caps.min_llc_ways - self.be_ways_min + 1)
         )
-        data_gb = self.layout.lc_profile(self.lc_w[app]).dataset_gb
+        data_gb = self.layout.lc_profile(self.lc_w[app]).pages_gb
         mem_room = caps.memory_gb - (n - 1) * caps.min_memory_gb - self.be_memory_min
         mstep, dstep = caps.memory_step_gb, caps.disk_step_mbps
         if data_gb > caps.min_memory_gb + _EPS:
@@ -956,7 +957,7 @@ class Planner:
         if corunner_cores is not None:
             for o in others:
                 v = self.lc_w[o]
-                data_gb = self.layout.lc_profile(v).dataset_gb
+                data_gb = self.layout.lc_profile(v).pages_gb
                 rows[:, v, M.A_CORES] = corunner_cores[o]
                 rows[:, v, M.A_WAYS] = caps.llc_ways
                 rows[:, v, M.A_FREQ] = self.top
@@ -1019,7 +1020,7 @@ class Planner:
                 seen[p] = (float(x), -float(t) if math.isfinite(t) else -math.inf)
             return [bool(x) for x in judge.meets(res, lam, scale, threshold, cap)]
 
-        data_gb = self.layout.lc_profile(w).dataset_gb
+        data_gb = self.layout.lc_profile(w).pages_gb
         m_top = len(axes.memory_gb) - 1
         whole = axes.memory_gb[m_top] >= data_gb - _EPS and self.start[app].memory_gb >= data_gb - _EPS
         points: list[Point] = []

@@ -9,8 +9,11 @@ Sec. 5.1: 30 s warm-up, 60 s measured, sustained by the window verdict):
 * `parties_fig5` (Sec. 5.2.1, Fig. 5): the 2-app grid under PARTIES for the six apps (for each load
   of the first app, the max load of the second); facts: an app runs at high load beside a co-runner
   at 40-60% of its max load (typical pairs), and MongoDB is a particularly amenable co-runner
-  (beside it at high load, each other app reaches close to its max load). The MongoDB pairs run
-  again with warm page caches (`mongodb_amenable_warm`, reported beside the cold ones). Beside
+  (beside it at high load, each other app reaches close to its max load). MongoDB's pairs are
+  judged with warm page caches, as `mix6-const` starts: the services ran before PARTIES took them
+  over. From PARTIES' fair share of memory MongoDB at high load needs more than 60 GB (Fig. 3), and
+  faulting the rest in through the HDD takes hours, not the paper's minute; the cold runs are
+  reported beside them (`mongodb_amenable`, `typical_pairs_best_second_pct_cold`). Beside
   PARTIES' cells, whether the node holds each pair's most favourable typical point at all (the
   co-runner at 40%, the app at 80%: the Oracle's verdict, `typical_pairs_oracle`), which tells a
   pair PARTIES misses from one the node cannot hold.
@@ -106,16 +109,26 @@ def parties_fig5(seed: int, workers: int, apps: Sequence[str] = calibration.APPS
     by = {(g["first"], g["second"]): g["max_second_pct"] for g in grid[: len(pairs)]}
     by_warm = {(g["first"], g["second"]): g["max_second_pct"] for g in grid[len(pairs) :]}
     pair_names = [(a, b) for a in apps for b in apps if a != b]
-    typical = {
-        f"{a}+{b}": max(by[(a, b)][str(int(x))] for x in FIG5_TYPICAL_LOADS_PCT) for a, b in pair_names
-    }
+
+    def best_typical(grid_of: dict) -> dict[str, float]:
+        return {
+            f"{a}+{b}": max(grid_of[(a, b)][str(int(x))] for x in FIG5_TYPICAL_LOADS_PCT)
+            for a, b in pair_names
+            if (a, b) in grid_of
+        }
+
+    typical_cold = best_typical(by)
+    typical = {**typical_cold, **best_typical(by_warm)}  # MongoDB's pairs warm (module docstring)
     typical_share = float(np.mean([v >= FIG5_HIGH_PCT for v in typical.values()])) if typical else 0.0
     # the same pairs' most favourable typical point (the co-runner at 40%, the app at 80%) on the
     # node itself: the Oracle's verdict, so that a pair PARTIES misses is told apart from one the
     # node cannot hold
     admitted = pmap(
         oracle_admits,
-        [(a, b, min(FIG5_TYPICAL_LOADS_PCT), FIG5_HIGH_PCT, "cold") for a, b in pair_names],
+        [
+            (a, b, min(FIG5_TYPICAL_LOADS_PCT), FIG5_HIGH_PCT, "warm" if (a, b) in by_warm else "cold")
+            for a, b in pair_names
+        ],
         workers,
         "calibrate fig5 oracle",
     )
@@ -123,12 +136,11 @@ def parties_fig5(seed: int, workers: int, apps: Sequence[str] = calibration.APPS
     oracle_share = float(np.mean([r["viable"] for r in admitted])) if admitted else 0.0
     amenable = _amenable(by, apps) if "mongodb" in apps else {}
     amenable_warm = _amenable(by_warm, apps) if "mongodb" in apps else {}
-    amenable_ok = all(
-        v["max_pct_beside_mongodb_at_90"] >= FIG5_HIGH_PCT
-        and v["mongodb_max_pct_beside_it_at_90"] >= FIG5_HIGH_PCT
-        for v in amenable.values()
-    )
-    holds = typical_share >= 2 / 3 and amenable_ok
+
+    def close_to_max(of: dict) -> int:
+        return sum(min(v.values()) >= FIG5_HIGH_PCT for v in of.values())
+
+    holds = typical_share >= 2 / 3 and close_to_max(amenable_warm) == len(amenable_warm)
     return {
         "source": "PARTIES Sec. 5.2.1, Fig. 5",
         "statement": "an application can operate at high load whenever the colocated application runs at a "
@@ -137,10 +149,11 @@ def parties_fig5(seed: int, workers: int, apps: Sequence[str] = calibration.APPS
         "holds": holds,
         "brief": f"{typical_share:.0%} of pairs reach >= {FIG5_HIGH_PCT:.0f}% beside a 40-60% co-runner "
         f"(the node holds {oracle_share:.0%} of them: Oracle viable); "
-        f"beside MongoDB: {'all' if amenable_ok else 'not all'} apps close to max load (warm caches: "
-        f"{sum(min(v.values()) >= FIG5_HIGH_PCT for v in amenable_warm.values())} of {len(amenable_warm)} pairs)",
+        f"beside MongoDB (warm caches) {close_to_max(amenable_warm)} of {len(amenable_warm)} apps and "
+        f"MongoDB close to max load (cold: {close_to_max(amenable)} of {len(amenable)})",
         "typical_pairs_high_share": typical_share,
         "typical_pairs_best_second_pct": typical,
+        "typical_pairs_best_second_pct_cold": typical_cold,
         "typical_pairs_oracle_viable_share": oracle_share,
         "typical_pairs_oracle": oracle_typical,
         "mongodb_amenable": amenable,

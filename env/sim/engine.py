@@ -209,6 +209,7 @@ def lc_row(prof: LcProfile, knee: tuple[float, float], ref: Platform | None = No
     )
     r[M.P_DRAM] = prof.dram_bytes_per_req / 1e9
     r[M.P_DATA_GB] = prof.dataset_gb
+    r[M.P_INDEX_GB] = prof.index_gb
     r[M.P_ZIPF] = prof.zipf
     r[M.P_PAGES] = pages
     r[M.P_IO_KB] = prof.io_kb

@@ -228,9 +228,15 @@ BASE = {  # fixed client/network latency: bounded by the QoS target
 }
 
 
-EXTRA = {  # MongoDB: reads per page-cache miss event (B-tree and data pages), and the time a request
-    # holds its thread besides CPU and reads (its knee is its threads: PARTIES Sec. 5.2.1's pair)
-    "mongodb": (Param("ios_per_miss", 1.0, 16.0, log=True), Param("hold_us", 100.0, 60000.0, log=True)),
+EXTRA = {  # MongoDB: reads per page-cache miss event (B-tree and data pages), the time a request
+    # holds its thread besides CPU and reads (its knee is its threads: PARTIES Sec. 5.2.1's pair), and
+    # its _id index (one billion keys of 1 KB records, Sec. 3.1, at 10-80 B an entry: Fig. 3's
+    # memory threshold)
+    "mongodb": (
+        Param("ios_per_miss", 1.0, 16.0, log=True),
+        Param("hold_us", 100.0, 60000.0, log=True),
+        Param("index_frac", 0.01, 0.08, log=True),
+    ),
     # NGINX: worker processes each accept their own connections, unevenly (its knee, PARTIES Sec. 3.2)
     "nginx": (Param("worker_imbalance", 1.0, 3.0),),
 }
@@ -441,9 +447,13 @@ def evolve(
     )
 
 
-def fit_app(app: str, maxiter: int, seed: int, popsize: int = 8) -> dict[str, float]:
-    """Differential evolution over `params_for(app)` (seeded, reproducible); the best values found."""
-    got = evolve(params_for(app), lambda v: objective(app, v)[0], maxiter=maxiter, seed=seed, popsize=popsize)
+def fit_app(
+    app: str, maxiter: int, seed: int, popsize: int = 8, only: tuple[str, ...] = ()
+) -> dict[str, float]:
+    """Differential evolution over `params_for(app)` (seeded, reproducible); the best values found.
+    With `only`, over those parameters alone, the others held at the profile's values."""
+    params = tuple(p for p in params_for(app) if not only or p.name in only)
+    got = evolve(params, lambda v: objective(app, v)[0], maxiter=maxiter, seed=seed, popsize=popsize)
     print(
         f"{app}: loss {got.loss:.3f} after {got.evaluations} evaluations ({got.seconds:.0f} s)",
         file=sys.stderr,
@@ -608,20 +618,31 @@ def max_load_for_service(prof: LcProfile, platform: Platform, service_s: float) 
     return math.exp(0.5 * (lo + hi))
 
 
-def write_fitted(app: str, values: dict[str, float], provenance: str = "`python -m env.sim.fit`") -> Path:
+def write_fitted(
+    app: str,
+    values: dict[str, float],
+    provenance: str = "`python -m env.sim.fit`",
+    partial: bool = False,
+) -> Path:
     """Replace `key: value` lines of configs/apps/<app>.yaml for the fitted keys (comments kept), and
-    the `# written by` line above `fitted:` with `provenance` (the command that reproduces them)."""
+    the `# written by` line above `fitted:` with `provenance` (the command that reproduces them).
+    A `partial` fit (some parameters, the others held at the file's values) keeps the earlier
+    `# written by` lines above its own and the earlier `fitted:` names beside its own."""
     path = CONFIGS / "apps" / f"{app}.yaml"
     text = path.read_text()
+    before = re.search(r"^fitted: \[(.*)\]$", text, flags=re.M)
+    names = [n.strip() for n in before.group(1).split(",")] if partial and before else []
+    names += [k for k in values if k not in names]
     for k, v in values.items():
         line = f"{k}: {_fmt(v)}"
         if re.search(rf"^{k}:.*$", text, flags=re.M):
             text = re.sub(rf"^{k}:.*$", line, text, flags=re.M)
         else:
             text = text.rstrip("\n") + f"\n{line}\n"
-    text = re.sub(r"^# written by `python -m env\.sim\.fit[^\n]*\n", "", text, flags=re.M)
+    if not partial:
+        text = re.sub(r"^# written by `python -m env\.sim\.fit[^\n]*\n", "", text, flags=re.M)
     text = re.sub(r"^fitted:.*\n?", "", text, flags=re.M)
-    fitted = "fitted: [" + ", ".join(values) + "]"
+    fitted = "fitted: [" + ", ".join(names) + "]"
     text = text.rstrip("\n") + f"\n# written by {provenance}\n{fitted}\n"
     path.write_text(text)
     return path
@@ -642,14 +663,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--maxiter", type=int, default=40, help="differential-evolution generations (default 40)")
     ap.add_argument("--popsize", type=int, default=8, help="population per parameter (default 8)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--params",
+        default="",
+        help="comma-separated parameters to fit, the others held at the profile's values "
+        "(default: all of each app's; one app only)",
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the fit, do not write the YAML files")
     args = ap.parse_args(argv)
     apps = [a.strip() for a in args.apps.split(",") if a.strip()]
     bad = [a for a in apps if a not in BASE]
     if bad:
         ap.error(f"unknown app(s) {bad}; choose from {list(BASE)}")
+    only = tuple(p.strip() for p in args.params.split(",") if p.strip())
+    if only:
+        known = [p.name for p in params_for(apps[0])] if len(apps) == 1 else []
+        if len(apps) != 1 or set(only) - set(known):
+            ap.error(f"--params names parameters of one app's fit ({', '.join(known) or 'give one app'})")
     for app in apps:
-        best = fit_app(app, args.maxiter, args.seed, args.popsize)
+        best = fit_app(app, args.maxiter, args.seed, args.popsize, only)
         loss, t4, cc = objective(app, best)
         paper4 = table4_paper(app)
         print(f"\n{app}  loss={loss:.3f}")
@@ -665,7 +697,9 @@ def main(argv: list[str] | None = None) -> int:
         print("  facts:", {k: round(v, 3) for k, v in cc.items() if not k.startswith(("cat", "mba"))})
         if not args.dry_run:
             cmd = f"python -m env.sim.fit --apps {app} --maxiter {args.maxiter} --popsize {args.popsize} --seed {args.seed}"
-            print(f"  wrote {write_fitted(app, best, f'`{cmd}` (loss {loss:.3f})')}")
+            if only:
+                cmd += f" --params {','.join(only)}"
+            print(f"  wrote {write_fitted(app, best, f'`{cmd}` (loss {loss:.3f})', partial=bool(only))}")
     return 0
 
 

@@ -30,7 +30,10 @@ Per interval, per node:
    after a CAT change); a CLOS migration flushes the app's lines (CoCo Sec. 3.3).
 4. **Memory capacity.** Resident memory is the most frequently touched pages: a water-filling
    over every component's Zipf page-popularity under its cgroup limit and the node's capacity.
-   Touches of non-resident pages are page faults served by the disk. Residency grows at the
+   An app with an index (MongoDB's _id B-tree) also reads one of its leaves per request; with
+   hashed keys the leaves are touched about equally, so the index is kept whole once the data
+   pages hotter than a leaf are, and until then most lookups miss (PARTIES Fig. 3's memory
+   threshold). Touches of non-resident pages are page faults served by the disk. Residency grows at the
    fault-in rate and shrinks at the reclaim rate (the lags of a MEM move). On a warm start
    (`PL_WARM_START`: the apps ran unmanaged before the first interval, as services do before a
    manager takes them over) the pages they faulted in then stay charged outside their cgroups
@@ -151,7 +154,8 @@ P_DET = 32  # deterministic share of the service time (the rest is exponential):
 P_PRESS = 33  # how much this workload's thread slows its sibling hyperthread (compute hog = 1)
 P_HOLD_S = 34  # LC: thread time per request besides CPU and disk reads (s)
 P_IMBAL = 35  # LC, per_thread: the busiest worker's share of the requests over an even split (>= 1)
-P_GTAB = 36  # LC: G(x_j) = integral_0^x_j dx / m(x) (MB) at x_j = footprint * GRID[j] (Che's working set)
+P_INDEX_GB = 36  # LC: index leaf pages, one touched per request with near-uniform popularity (model step 4)
+P_GTAB = 37  # LC: G(x_j) = integral_0^x_j dx / m(x) (MB) at x_j = footprint * GRID[j] (Che's working set)
 NG = 24
 NP = P_GTAB + NG
 GRID = np.geomspace(1e-6, 1.0, NG)
@@ -302,6 +306,37 @@ def _miss_mass(res_pages, data_pages, s):
 
 
 @njit(cache=True)
+def _index_free_pages(p, npg, ipg):
+    """Data pages touched more often than an index leaf (model step 4): the Zipf ranks i with
+    pages_per_req x i^-s / H(npg, s) > 1 / ipg (all or none of a uniform data set)."""
+    s = p[P_ZIPF]
+    if s <= 1e-6:
+        return npg if p[P_PAGES] / npg > 1.0 / ipg else 0.0
+    return min(npg, (p[P_PAGES] * ipg / _harmonic(npg, s)) ** (1.0 / s))
+
+
+@njit(cache=True)
+def _page_misses(p, res_gb):
+    """Page-cache misses per unit (request) with the `res_gb` most touched of the component's
+    pages resident (model step 4): its data pages' Zipf miss mass x page touches per unit, plus,
+    for an app with an index (`P_INDEX_GB`), the leaf its lookup reads. A B-tree over hashed keys
+    (YCSB's scrambled Zipfian) spreads the popular keys over its leaves, so each leaf is touched
+    about equally: the kernel keeps the data pages hotter than a leaf, then the leaves, then the
+    rest of the data pages."""
+    npg = p[P_DATA_GB] / PAGE_GB
+    res = res_gb / PAGE_GB
+    ipg = p[P_INDEX_GB] / PAGE_GB
+    if ipg <= 0.0:
+        return p[P_PAGES] * _miss_mass(res, npg, p[P_ZIPF])
+    hot = _index_free_pages(p, npg, ipg)
+    if res <= hot:
+        return p[P_PAGES] * _miss_mass(res, npg, p[P_ZIPF]) + 1.0
+    if res <= hot + ipg:
+        return p[P_PAGES] * _miss_mass(hot, npg, p[P_ZIPF]) + 1.0 - (res - hot) / ipg
+    return p[P_PAGES] * _miss_mass(res - ipg, npg, p[P_ZIPF])
+
+
+@njit(cache=True)
 def _water_fill(prm_b, need_gb, unch_gb, rate, tau, out, out_unch, nw):
     """Resident GB per component when the kernel keeps every page touched more often than `tau`
     per second (Zipf popularity; uniform when zipf = 0); returns the sum. A component's most popular
@@ -321,6 +356,8 @@ def _water_fill(prm_b, need_gb, unch_gb, rate, tau, out, out_unch, nw):
             keep = npg if touch / npg >= tau else 0.0
         else:
             keep = (touch / (tau * _harmonic(npg, s))) ** (1.0 / s)
+        if p[P_INDEX_GB] > 0.0 and max(rate[w], 1e-12) * PAGE_GB / p[P_INDEX_GB] >= tau:
+            keep += p[P_INDEX_GB] / PAGE_GB  # a leaf is touched rate / leaves times a second
         kept = keep * PAGE_GB
         # a batch job's memory is anonymous: without swap no reclaim takes it (an LC app's is cache)
         out_unch[w] = unch_gb[w] if p[P_KIND] > 0.5 else min(unch_gb[w], kept)
@@ -361,15 +398,27 @@ def _fill_memory(prm_b, need_gb, unch_gb, rate, cap_gb, out, out_unch, nw):
     left = cap_gb - used
     want = 0.0
     for w in range(nw):
-        p = prm_b[w]
-        if p[P_ACTIVE] > 0.5 and p[P_ZIPF] <= 1e-6 and out[w] < need_gb[w]:
-            want += need_gb[w] - out[w]
+        want += _at_level(prm_b[w], need_gb[w], out[w], rate[w], math.exp(lo), math.exp(hi))
     if left > 0.0 and want > 0.0:
         share = min(1.0, left / want)
         for w in range(nw):
-            p = prm_b[w]
-            if p[P_ACTIVE] > 0.5 and p[P_ZIPF] <= 1e-6 and out[w] < need_gb[w]:
-                out[w] += share * (need_gb[w] - out[w])
+            out[w] += share * _at_level(prm_b[w], need_gb[w], out[w], rate[w], math.exp(lo), math.exp(hi))
+
+
+@njit(cache=True, inline="always")
+def _at_level(p, need_gb, out_gb, rate, tau_lo, tau_hi):
+    """GB of a component's uniformly touched pages sitting at the water level (kept at `tau_lo`,
+    not at `tau_hi`) that its limit would still take: a uniform data set (any one below its need,
+    as before), or an index whose leaves are touched between the two levels."""
+    if p[P_ACTIVE] < 0.5 or out_gb >= need_gb:
+        return 0.0
+    if p[P_ZIPF] <= 1e-6:
+        return need_gb - out_gb
+    if p[P_INDEX_GB] > 0.0:
+        leaf = max(rate, 1e-12) * PAGE_GB / p[P_INDEX_GB]
+        if tau_lo <= leaf < tau_hi:
+            return min(p[P_INDEX_GB], need_gb - out_gb)
+    return 0.0
 
 
 @njit(cache=True)
@@ -904,7 +953,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
         if state[b, 0, S_INIT] < 0.5:  # the node's first interval (every component starts at once)
             for w in range(nw):
                 unch[w] = 0.0
-                tmp[w] = prm[b, w, P_DATA_GB] if prm[b, w, P_ACTIVE] > 0.5 else 0.0
+                tmp[w] = prm[b, w, P_DATA_GB] + prm[b, w, P_INDEX_GB] if prm[b, w, P_ACTIVE] > 0.5 else 0.0
                 res_t[w] = 0.0
                 # touched as they ran unmanaged: an LC app at its load, a batch class on every thread
                 wrate[w] = prm[b, w, P_THREADS] if prm[b, w, P_KIND] > 0.5 else rate[w]
@@ -915,7 +964,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
         for w in range(nw):
             p = prm[b, w]
             unch[w] = state[b, w, S_UNCH] if p[P_ACTIVE] > 0.5 else 0.0
-            tmp[w] = min(p[P_DATA_GB] - unch[w], alloc[b, w, A_MEM]) if p[P_ACTIVE] > 0.5 else 0.0
+            tmp[w] = (
+                min(p[P_DATA_GB] + p[P_INDEX_GB] - unch[w], alloc[b, w, A_MEM]) if p[P_ACTIVE] > 0.5 else 0.0
+            )
         _fill_memory(prm[b], tmp, unch, rate, pl[PL_MEM_GB], res_t, unch_t, nw)
         for w in range(nw):
             p = prm[b, w]
@@ -929,13 +980,12 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             if state[b, w, S_INIT] < 0.5:
                 r = 0.0 if pl[PL_WARM_START] > 0.0 else res_t[w]
             elif res_t[w] > r:
-                npg = p[P_DATA_GB] / PAGE_GB
-                reads = rate[w] * p[P_PAGES] * _miss_mass((u + r) / PAGE_GB, npg, p[P_ZIPF]) * p[P_IOS]
+                reads = rate[w] * _page_misses(p, u + r) * p[P_IOS]
                 r = min(res_t[w], r + reads * max(p[P_IO_KB], 4.0) * 1e-6 * dt)
             else:
                 r = max(res_t[w], r - pl[PL_RECLAIM] * dt)
             state[b, w, S_RES] = r
-            mm[w] = _miss_mass((u + r) / PAGE_GB, p[P_DATA_GB] / PAGE_GB, p[P_ZIPF])
+            mm[w] = _page_misses(p, u + r)  # per request
         # ---------------- 5/6. DRAM, uncore and service stretch (fixed point) ----------------
         memu = 0.0
         llcu = 0.0
@@ -979,7 +1029,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             tmp2[w] = 1.0
             if p[P_ACTIVE] < 0.5:
                 continue
-            io_rate = rate[w] * p[P_PAGES] * mm[w] * p[P_IOS]
+            io_rate = rate[w] * mm[w] * p[P_IOS]
             seq = _io_units(p, busy[w], rate[w]) * p[P_SEQ_MB]
             d = io_rate / iops + seq / seqbw
             cap_mb = alloc[b, w, A_DISK]
@@ -1001,10 +1051,10 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
         waiters = 0.0
         for w in range(nw):
             p = prm[b, w]
-            if p[P_ACTIVE] < 0.5 or p[P_PAGES] * mm[w] <= 1e-9:
+            if p[P_ACTIVE] < 0.5 or rate[w] * mm[w] <= 1e-9:  # only the threads of apps that read
                 continue
             cap_reads = alloc[b, w, A_DISK] * 1000.0 / max(p[P_IO_KB], 4.0)
-            x_reads += min(rate[w] * p[P_PAGES] * mm[w] * p[P_IOS], cap_reads)
+            x_reads += min(rate[w] * mm[w] * p[P_IOS], cap_reads)
             waiters += p[P_THREADS]
         if x_reads > 0.0:
             seq_share = min(seq_share, 0.5)
@@ -1047,7 +1097,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             o[O_FREQ] = freq[w]
             o[O_SLOW] = slow[w]
             o[O_NET] = net_alloc[w]
-            io_rate = rate[w] * p[P_PAGES] * mm[w] * p[P_IOS]
+            io_rate = rate[w] * mm[w] * p[P_IOS]
             o[O_DISK] = io_rate * max(p[P_IO_KB], 4.0) / 1000.0 + _io_units(p, busy[w], rate[w]) * p[P_SEQ_MB]
             kc = alloc[b, w, A_CORES]
             if pl[PL_QUOTA_MODE] > 0.5 and alloc[b, w, A_QUOTA] > 0.0:  # its cores are its quota
@@ -1090,7 +1140,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             # waits for its reads: the request holds it for its CPU and I/O time, so an I/O-bound
             # app's capacity is its threads over that holding time (its knee: every thread blocked
             # on the disk) and two of them share a deeper, faster-served device queue.
-            mf = p[P_PAGES] * mm[w]
+            mf = mm[w]
             ios = p[P_IOS]
             q_io = 0.0
             r_io = 0.0

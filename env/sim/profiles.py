@@ -77,6 +77,10 @@ class LcProfile:
     io_kb: float  # KB per disk read
     net_bytes_per_req: float  # PARTIES Table 2 network bandwidth / max load
     ios_per_miss: float = 1.0  # sequential disk reads per page-cache miss event (index + data pages)
+    # a B-tree index over hashed keys whose leaf each request reads (model step 4), as bytes per byte
+    # of the data set: its leaves are touched about equally, so it stays resident whole or misses on
+    # most requests (0: none)
+    index_frac: float = 0.0
     # time a request holds its worker thread besides its CPU time and disk reads (synchronous waits in
     # the storage engine and the network stack; fitted where it matters: MongoDB, whose knee is its
     # threads, not its disk, PARTIES Sec. 5.2.1)
@@ -132,6 +136,7 @@ class LcProfile:
             knee_load=self.knee_load,
         )
         require_in(where, 0.05, 10.0, llc_alpha=self.llc_alpha)  # the miss curve's exponent
+        require_in(where, 0.0, 1.0, index_frac=self.index_frac)  # an index no larger than its data
         require_in(where, 1.0, float(self.threads), worker_imbalance=self.worker_imbalance)
         require_in(where, 0.0, 0.999, service_det=self.service_det, knee_meet_prob=self.knee_meet_prob)
         require_in(
@@ -159,6 +164,15 @@ class LcProfile:
     @property
     def frac_core(self) -> float:
         return 1.0 - self.frac_llc - self.frac_mem
+
+    @property
+    def pages_gb(self) -> float:
+        """Everything it can page in: its data set and its index (more is never resident)."""
+        return self.dataset_gb + self.index_gb
+
+    @property
+    def index_gb(self) -> float:
+        return self.dataset_gb * self.index_frac
 
     @property
     def timeout_s(self) -> float:

@@ -299,6 +299,7 @@ def test_a_platform_too_small_for_the_apps_is_a_config_error_and_a_thin_link_sti
         ("memcached", lambda d: d.update(max_load_rps=1e20), "max_load_rps"),
         ("memcached", lambda d: d.update(llc_alpha=0), "llc_alpha"),
         ("mongodb", lambda d: d.update(ios_per_miss=0), "ios_per_miss"),
+        ("mongodb", lambda d: d.update(index_frac=2.0), "index_frac"),
         ("memcached", lambda d: d.update(extends=["x"]), "extends"),
     ],
 )

@@ -23,7 +23,9 @@ def test_the_knee_costs_nothing_inside_the_papers_range_and_grows_outside_it():
     assert F.knee_loss(None) == F.knee_loss(math.nan) == 100.0  # nothing served
 
 
-def test_writing_a_fit_replaces_its_values_and_records_the_command(tmp_path, monkeypatch):
+@pytest.fixture
+def fitted_sphinx(tmp_path, monkeypatch):
+    """A copy of sphinx.yaml that `write_fitted` writes to, after one full fit of two values."""
     apps = tmp_path / "apps"
     apps.mkdir()
     shutil.copy(CONFIGS / "apps" / "sphinx.yaml", apps / "sphinx.yaml")
@@ -31,10 +33,14 @@ def test_writing_a_fit_replaces_its_values_and_records_the_command(tmp_path, mon
     F.write_fitted(
         "sphinx", {"service_det": 0.5, "zipf": 0.7}, "`python -m env.sim.fit --apps sphinx` (loss 1.000)"
     )
+    return apps / "sphinx.yaml"
+
+
+def test_writing_a_fit_replaces_its_values_and_records_the_command(fitted_sphinx):
     F.write_fitted(
         "sphinx", {"service_det": 0.25, "zipf": 0.75}, "`python -m env.sim.fit --apps sphinx` (loss 2.000)"
     )
-    text = (apps / "sphinx.yaml").read_text()
+    text = fitted_sphinx.read_text()
     assert re.findall(r"^service_det: .*$", text, flags=re.M) == ["service_det: 0.25"]
     assert re.findall(r"^zipf: .*$", text, flags=re.M) == ["zipf: 0.75"]
     assert re.findall(r"^# written by .*$", text, flags=re.M) == [
@@ -42,6 +48,26 @@ def test_writing_a_fit_replaces_its_values_and_records_the_command(tmp_path, mon
     ]
     assert re.findall(r"^fitted: .*$", text, flags=re.M) == ["fitted: [service_det, zipf]"]
     assert text.index("# written by") < text.index("fitted:")
+
+
+def test_a_partial_fit_keeps_the_earlier_record_and_names(fitted_sphinx):
+    """`--params`: the values it fitted replace theirs, the earlier fit's other names stay in
+    `fitted:` and its command stays above the partial fit's own (the last one is the file's loss)."""
+    F.write_fitted(
+        "sphinx",
+        {"zipf": 0.75},
+        "`python -m env.sim.fit --apps sphinx --params zipf` (loss 0.500)",
+        partial=True,
+    )
+    text = fitted_sphinx.read_text()
+    assert re.findall(r"^zipf: .*$", text, flags=re.M) == ["zipf: 0.75"]
+    assert re.findall(r"^service_det: .*$", text, flags=re.M) == ["service_det: 0.5"]
+    assert re.findall(r"^# written by .*$", text, flags=re.M) == [
+        "# written by `python -m env.sim.fit --apps sphinx` (loss 1.000)",
+        "# written by `python -m env.sim.fit --apps sphinx --params zipf` (loss 0.500)",
+    ]
+    assert re.findall(r"^fitted: .*$", text, flags=re.M) == ["fitted: [service_det, zipf]"]
+    assert [m.group(2) for m in RECORDED.finditer(text)][-1] == "0.500"
 
 
 RECORDED = re.compile(r"^# written by `python -m env\.sim\.fit --apps (\w+) [^`]*` \(loss ([0-9.]+)\)$", re.M)
@@ -53,7 +79,8 @@ def test_a_profile_whose_fit_is_recorded_gives_the_recorded_loss(app):
     simulator or to the loss that moves a fitted app shows here, and the command to refit it is in
     the file."""
     text = (CONFIGS / "apps" / f"{app}.yaml").read_text()
-    m = RECORDED.search(text)
+    recorded = list(RECORDED.finditer(text))  # a partial fit's record comes after the one it refined
+    m = recorded[-1] if recorded else None
     if m is None:
         pytest.skip(f"{app}: fitted before fits recorded their command")
     assert m.group(1) == app

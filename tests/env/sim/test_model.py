@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from env.sim import model as M
-from env.sim.engine import lc_row, platform_row, reference_alloc_row, steady
+from env.sim.engine import lc_row, platform_row, reference_alloc_row, reference_knee, steady
 from env.sim.experiments import Setup, analytic_outputs, pinned
 from env.sim.node import SimFleet, SimNode
 from env.sim.platform import load_platform
@@ -248,6 +248,28 @@ def test_memory_is_reclaimed_gradually_and_faults_go_to_disk():
     assert res[0].memory_gb > 40.0  # not instant
     assert res[-1].memory_gb == pytest.approx(40.0, abs=0.01)
     assert res[-1].disk_mbps > before.disk_mbps
+
+
+def test_an_index_stays_resident_whole_or_costs_a_read_per_request():
+    """Model step 4: MongoDB's lookups read one leaf of its _id index each, the leaves touched about
+    equally. The page cache keeps the data pages hotter than a leaf, then the leaves, then the
+    rest: between those two sizes the misses per request fall by one (every leaf read missing ->
+    none), and nowhere does more cache bring more misses."""
+    prof = load_profile("mongodb")
+    assert prof.index_gb > 0
+    row = lc_row(prof, reference_knee(prof))
+    npg, ipg = prof.dataset_gb / M.PAGE_GB, prof.index_gb / M.PAGE_GB
+    hot_gb = M._index_free_pages(row, npg, ipg) * M.PAGE_GB
+    grid = np.linspace(0.0, 200.0, 401)
+    misses = np.array([M._page_misses(row, g) for g in grid])
+    assert np.all(np.diff(misses) <= 1e-12)
+    before = M._page_misses(row, hot_gb)
+    after = M._page_misses(row, hot_gb + prof.index_gb)
+    assert before - after == pytest.approx(1.0, abs=0.02)  # the data pages barely change in between
+    # without the index, the same cache serves the data pages alone: no read per request to add
+    bare = row.copy()
+    bare[M.P_INDEX_GB] = 0.0
+    assert M._page_misses(bare, hot_gb) == pytest.approx(before - 1.0, rel=1e-9)
 
 
 def test_a_warm_page_cache_is_charged_outside_the_limit():
