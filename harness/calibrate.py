@@ -204,7 +204,7 @@ def parties_fig6(seed: int, workers: int, seeds: int = 3) -> dict[str, Any]:
         "holds": bool(oracle["window_sustained"]) and parties_ok,
         "brief": f"Oracle {'sustains' if oracle['window_sustained'] else 'does NOT sustain'} it; PARTIES "
         f"sustains {sum(r['window_sustained'] for r in parties)}/{len(parties)} seeds (first convergence: "
-        f"{', '.join(f'{c:.1f}' for c in conv) or 'none'} s)",
+        f"{', '.join(f'{c:.1f} s' for c in conv) or 'none'})",
         "oracle": oracle,
         "parties": parties,
     }
