@@ -272,6 +272,25 @@ def test_an_index_stays_resident_whole_or_costs_a_read_per_request():
     assert M._page_misses(bare, hot_gb) == pytest.approx(before - 1.0, rel=1e-9)
 
 
+def test_an_idle_app_does_not_queue_at_the_disk():
+    """Model step 7: the reads of every app share one device queue, bounded by the threads that can
+    wait on them. An app that would miss its page cache but serves no requests issues no reads, so
+    its threads do not deepen the queue: MongoDB's tail is the same beside it as alone."""
+    pl = load_platform("parties")
+    plat = platform_row(pl)
+    mongo, memc = load_profile("mongodb"), load_profile("memcached")
+    rows = np.stack([lc_row(mongo, reference_knee(mongo)), lc_row(memc, reference_knee(memc))])
+    alloc = np.stack([reference_alloc_row(pl, 2), reference_alloc_row(pl, 1)])
+    alloc[0, M.A_MEM] = 16.0  # below MongoDB's index: most lookups read from the disk
+    alloc[1, M.A_GROUP] = 2
+    alloc[1, M.A_MEM] = 1.0  # below memcached's data set: it would fault, were it asked anything
+    lam = np.array([0.3 * mongo.max_load_rps, 0.0])
+    beside, _ = steady(plat, rows, alloc, lam)
+    alone, _ = steady(plat, rows[:1], alloc[:1], lam[:1])
+    assert beside[0, M.O_DISK] > 1.0  # MongoDB is reading
+    assert beside[0, M.O_P99] == pytest.approx(alone[0, M.O_P99], rel=1e-9)
+
+
 def test_a_warm_page_cache_is_charged_outside_the_limit():
     """Warm start (model step 4): MongoDB ran unmanaged before the first interval, so the pages it
     cached then stay outside the cgroup the manager puts it in. A 40 GB limit does not reclaim them:
