@@ -336,6 +336,13 @@ def _page_misses(p, res_gb):
     return p[P_PAGES] * _miss_mass(res - ipg, npg, p[P_ZIPF])
 
 
+@njit(cache=True, inline="always")
+def _leaf_touches(p, rate):
+    """Touches per second of each leaf of an app's index (`P_INDEX_GB` > 0): one leaf per request,
+    spread evenly over its leaves (model step 4)."""
+    return max(rate, 1e-12) * PAGE_GB / p[P_INDEX_GB]
+
+
 @njit(cache=True)
 def _water_fill(prm_b, need_gb, unch_gb, rate, tau, out, out_unch, nw):
     """Resident GB per component when the kernel keeps every page touched more often than `tau`
@@ -356,8 +363,8 @@ def _water_fill(prm_b, need_gb, unch_gb, rate, tau, out, out_unch, nw):
             keep = npg if touch / npg >= tau else 0.0
         else:
             keep = (touch / (tau * _harmonic(npg, s))) ** (1.0 / s)
-        if p[P_INDEX_GB] > 0.0 and max(rate[w], 1e-12) * PAGE_GB / p[P_INDEX_GB] >= tau:
-            keep += p[P_INDEX_GB] / PAGE_GB  # a leaf is touched rate / leaves times a second
+        if p[P_INDEX_GB] > 0.0 and _leaf_touches(p, rate[w]) >= tau:
+            keep += p[P_INDEX_GB] / PAGE_GB
         kept = keep * PAGE_GB
         # a batch job's memory is anonymous: without swap no reclaim takes it (an LC app's is cache)
         out_unch[w] = unch_gb[w] if p[P_KIND] > 0.5 else min(unch_gb[w], kept)
@@ -394,15 +401,16 @@ def _fill_memory(prm_b, need_gb, unch_gb, rate, cap_gb, out, out_unch, nw):
             lo = mid
         else:
             hi = mid
-    used = _water_fill(prm_b, need_gb, unch_gb, rate, math.exp(hi), out, out_unch, nw)
+    tau_lo, tau_hi = math.exp(lo), math.exp(hi)
+    used = _water_fill(prm_b, need_gb, unch_gb, rate, tau_hi, out, out_unch, nw)
     left = cap_gb - used
     want = 0.0
     for w in range(nw):
-        want += _at_level(prm_b[w], need_gb[w], out[w], rate[w], math.exp(lo), math.exp(hi))
+        want += _at_level(prm_b[w], need_gb[w], out[w], rate[w], tau_lo, tau_hi)
     if left > 0.0 and want > 0.0:
         share = min(1.0, left / want)
         for w in range(nw):
-            out[w] += share * _at_level(prm_b[w], need_gb[w], out[w], rate[w], math.exp(lo), math.exp(hi))
+            out[w] += share * _at_level(prm_b[w], need_gb[w], out[w], rate[w], tau_lo, tau_hi)
 
 
 @njit(cache=True, inline="always")
@@ -414,10 +422,8 @@ def _at_level(p, need_gb, out_gb, rate, tau_lo, tau_hi):
         return 0.0
     if p[P_ZIPF] <= 1e-6:
         return need_gb - out_gb
-    if p[P_INDEX_GB] > 0.0:
-        leaf = max(rate, 1e-12) * PAGE_GB / p[P_INDEX_GB]
-        if tau_lo <= leaf < tau_hi:
-            return min(p[P_INDEX_GB], need_gb - out_gb)
+    if p[P_INDEX_GB] > 0.0 and tau_lo <= _leaf_touches(p, rate) < tau_hi:
+        return min(p[P_INDEX_GB], need_gb - out_gb)
     return 0.0
 
 
