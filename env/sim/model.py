@@ -41,9 +41,11 @@ Per interval, per node:
    node's memory does (they are kept by the same water level as the rest). A cgroup's usage, the
    resident memory reported, is what was charged to it.
 5. **DRAM and uncore.** Traffic = progress x bytes per unit x (miss ratio / reference miss
-   ratio). Loaded memory latency grows as u^2/(1-u) with utilisation u; MBA adds a delay per
-   access for its CLOS. The same form for uncore (LLC) bandwidth. Batch progress and traffic are
-   solved as a short fixed point.
+   ratio). Loaded memory latency grows as u^2/(1-u) with utilisation u. The same form for uncore
+   (LLC) bandwidth. MBA is a request-rate controller between a core and the interconnect (CoCo
+   Sec. 2), so it delays every request leaving the core's private caches, LLC hits as well as DRAM
+   accesses (CoCo Sec. 3.2: "bandwidth to LLC may also be reduced"), by a delay that grows linearly
+   with the throttle (`_mba_latency`). Batch progress and traffic are solved as a short fixed point.
 6. **Service time.** S = S_ref x (f_core x f_nom/f + f_llc x llc_latency + f_mem x miss_factor x
    mem_latency) / speed, with S_ref the service time at nominal frequency, reference occupancy and
    idle memory.
@@ -232,6 +234,16 @@ ND = D_TIMEOUT + 1
 LINE_MB = 64e-6
 PAGE_GB = 4096 / 1e9
 LN100 = math.log(100.0)
+
+
+@njit(cache=True, inline="always")
+def _mba_latency(delay, pct):
+    """Latency factor of an access leaving the core under an MBA throttle of `pct` % (100: none):
+    1 + delay x (100 - pct) / 100. The throttle programs a delay between requests whose response is
+    linear in the throttle value (CoCo Sec. 2: "a programmable request rate controller"; Intel SDM
+    vol. 3, MBA: CPUID.10H.3:ECX[2] reports a linear response); `delay` is the node's, the latency
+    factor added at full throttle."""
+    return 1.0 + delay * (100.0 - min(max(pct, 1.0), 100.0)) / 100.0
 
 
 @njit(cache=True, inline="always")
@@ -1013,11 +1025,11 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 p = prm[b, w]
                 if p[P_ACTIVE] < 0.5:
                     continue
-                mba_mult = 1.0 + pl[PL_MBA_DELAY] * (100.0 / max(alloc[b, w, A_MBA], 1.0) - 1.0)
+                mba = _mba_latency(pl[PL_MBA_DELAY], alloc[b, w, A_MBA])
                 fcore = 1.0 - p[P_FLLC] - p[P_FMEM]
                 mref = max(p[P_LLC_MREF], 1e-6)
                 slow[w] = (
-                    fcore * fnom / freq[w] + p[P_FLLC] * lllc + p[P_FMEM] * (miss[w] / mref) * lmem * mba_mult
+                    fcore * fnom / freq[w] + (p[P_FLLC] * lllc + p[P_FMEM] * (miss[w] / mref) * lmem) * mba
                 )
                 if alloc[b, w, A_MOVED] > 0.5:
                     slow[w] *= 1.0 + pl[PL_MIG_PEN]

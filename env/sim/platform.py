@@ -52,7 +52,7 @@ class MbaSpec:
     """Memory Bandwidth Allocation throttle levels (%) and the latency they add; empty = no MBA."""
 
     levels_pct: tuple[int, ...] = ()  # empty: no MBA (PARTIES Table 3: "no mechanism available")
-    delay: float = 0.0  # memory-latency growth under throttle p%: 1 + delay*(100/p - 1)
+    delay: float = 0.0  # latency factor of an off-core access under throttle p%: 1 + delay*(100-p)/100
 
 
 @dataclass(frozen=True)

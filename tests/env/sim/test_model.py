@@ -617,3 +617,28 @@ def test_on_a_quota_node_a_waking_thread_waits_when_the_others_hold_every_cpu():
     cpuset_node = dataclasses.replace(node, core_mode="cpuset")  # the oversubscription rule only
     pt = MeasuredPoint(100.0, 0.5, 1.0, be_threads=2, be_quota_cores=1.5)
     assert float(simulate_points(prof, cpuset_node, [pt])[0]) == pytest.approx(alone, rel=0.06)
+
+
+def test_mba_delays_every_off_core_access_linearly_in_the_throttle():
+    """CoCo Sec. 2: MBA is a request-rate controller between the cores and the interconnect, so it
+    delays LLC hits as well as DRAM accesses (Sec. 3.2: "bandwidth to LLC may also be reduced"), by
+    a delay linear in the throttle (Intel's MBA reports a linear response). An app none of whose
+    accesses reach DRAM still slows under a throttle, and the stretch at 20% is four times the
+    stretch at 80%."""
+    from env.sim.experiments import alone
+    from env.sim.fit import _Patched
+
+    def stretch(app: str) -> np.ndarray:
+        setups = [alone(app, platform="coco", cores=8, mba={app: p}) for p in (100, 80, 20)]
+        out, _, _ = analytic_outputs(setups, np.array([0.05]))
+        return out[:, 0, 0, M.O_SLOW]
+
+    s100, s80, s20 = stretch("memcached")
+    assert s100 < s80 < s20
+    assert (s20 - s100) / (s80 - s100) == pytest.approx(4.0, rel=0.05)
+
+    llc_only = dataclasses.replace(load_profile("nginx"), frac_mem=0.0, frac_llc=0.5)
+    with _Patched(llc_only):
+        s100, _, s20 = stretch("nginx")
+    delay = load_platform("coco").mba.delay
+    assert s20 > s100 * (1.0 + 0.5 * delay * 0.8 * 0.9)  # the LLC half of its time, throttled to 20%
