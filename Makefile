@@ -54,7 +54,7 @@ reproduce: setup  ## the papers' experiments in simulation (README "Reproducing 
 	$(PY) evaluate.py compare --scenario mix6-const --controllers parties --seeds 3 --out $(REPRO_OUT)/fig10-6apps --overwrite
 	$(PY) evaluate.py compare --scenario mix3-const --controllers parties,parties:code,parties:code-stats --seeds 5 --out $(REPRO_OUT)/fig10-3apps --overwrite
 	$(PY) evaluate.py compare --scenario coco-fig2 --controllers coco,coco-rr,coco-nopart --seeds 3 --out $(REPRO_OUT)/coco-fig2 --overwrite
-	$(PY) evaluate.py affordable --scenario coco-fig2 --controllers coco,coco-rr,coco-nopart --seeds 3 --out $(REPRO_OUT)/coco-fig2-affordable --overwrite
+	$(PY) evaluate.py affordable --scenario coco-fig2 --controllers coco,coco-rr,coco-nopart,coco-cat,coco-conflict --seeds 3 --out $(REPRO_OUT)/coco-fig2-affordable --overwrite
 	$(PY) evaluate.py compare --scenario qprm-sinusoid --controllers unmanaged,prm,prm-nocat,prm:exclusive-cat,qprm-step,qprm-prop,qprm-prop2,qprm-basic --seeds 3 --out $(REPRO_OUT)/qprm --overwrite
 
 serve-demo: setup  ## rehearse serve.py on the simulated node (30 simulated s at 10x speed)

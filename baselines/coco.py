@@ -11,6 +11,13 @@ the partitions by *time-sharing* them. Three specs, built by the factories at th
                   the governor: CoCo's Fig. 2 varies only the LLC/MBA partitioning (Sec. 4.1 pins each
                   container to its own cores in every experiment).
 
+and two of Fig. 2's ablations of CoCo itself (its profile, MQ-WRR and admission control kept):
+
+* ``coco-cat``      CAT only: the same CLOS ways, no MBA throttle;
+* ``coco-conflict`` CAT and MBA in conflict (Sec. 3.3): the same ways and MBA levels paired the other way
+                    round, the most ways with the least bandwidth (the paper does not give its
+                    conflicting configuration).
+
 Rules and where they come from:
 
 1. **Slowdown profile** (Sec. 3.1, Eq. 1): each workload runs alone with a resource limiter from full
@@ -113,7 +120,7 @@ DEFAULT_CONFIG = CONFIGS / "baselines" / "coco.yaml"
 RESERVED_CLOS = 0  # CLOS of CoCo's process and the background (BE) jobs (Sec. 3.2)
 BE_GROUP = 0  # core group of the BE jobs
 Scheduler = Literal["mq-wrr", "rr", "none"]
-VARIANTS = ("coco", "coco-rr", "coco-nopart")
+VARIANTS = ("coco", "coco-rr", "coco-nopart", "coco-cat", "coco-conflict")
 _EPS = 1e-9
 
 
@@ -223,7 +230,7 @@ class _CocoFile:
 
 
 def load_coco_config(variant: str = "coco", path: str | Path | None = None) -> CocoConfig:
-    """The config of `variant` (coco, coco-rr, coco-nopart) from `path` (default
+    """The config of `variant` (`VARIANTS`) from `path` (default
     configs/baselines/coco.yaml): the `coco` mapping with the variant's overrides, built strictly."""
     if variant not in VARIANTS:
         raise ConfigError(f"unknown CoCo variant {variant!r}; known: {list(VARIANTS)}")

@@ -154,6 +154,20 @@ REGISTRY: dict[str, Entry] = {
     "coco-nopart": Entry(
         _coco("coco-nopart"), "CoCo's core pinning, no CAT/MBA (CoCo Fig. 2)", arg="CONFIG", optional_arg=True
     ),
+    "coco-cat": Entry(
+        _coco("coco-cat"),
+        "CoCo with CAT only, no MBA (CoCo Fig. 2)",
+        arg="CONFIG",
+        optional_arg=True,
+        needs_sim=True,
+    ),
+    "coco-conflict": Entry(
+        _coco("coco-conflict"),
+        "CoCo with CAT and MBA in conflict: most ways, least bandwidth (CoCo Fig. 2, Sec. 3.3)",
+        arg="CONFIG",
+        optional_arg=True,
+        needs_sim=True,
+    ),
     "oracle": Entry(
         _oracle,
         "best allocation per load step, with full knowledge of the simulator (PARTIES Fig. 8)",

@@ -21,6 +21,7 @@ from baselines.coco import (
     assignable,
     build_allocation,
     build_coco,
+    check_monotone,
     clos_plan,
     eq2_weights,
     full_search_points,
@@ -100,6 +101,17 @@ def test_yaml_variants():
     )
     assert rr.scheduler == "rr" and not rr.admission_control and rr.lc_clos == coco.lc_clos
     assert nopart.scheduler == "none"
+    cat, conflict = load_coco_config("coco-cat"), load_coco_config("coco-conflict")
+    assert [c.ways for c in cat.lc_clos] == [c.ways for c in coco.lc_clos]
+    assert {c.mba_pct for c in (cat.reserved_clos, *cat.lc_clos)} == {100}
+    assert cat.scheduler == conflict.scheduler == "mq-wrr" and conflict.admission_control
+    assert [c.ways for c in conflict.lc_clos] == [3, 6, 9] and [c.mba_pct for c in conflict.lc_clos] == [
+        50,
+        30,
+        10,
+    ]
+    with pytest.raises(ConfigError, match="conflicts"):  # Sec. 3.3: refused unless the flag is off
+        check_monotone(conflict.lc_clos)
     with pytest.raises(ConfigError, match="unknown CoCo variant"):
         load_coco_config("coco-cat-only")
 
