@@ -121,8 +121,8 @@ def test_config_is_strict(tmp_path):
     p.write_text("coco: {scheduler: mq-wrr, slice_interval: 2}\n")
     with pytest.raises(ConfigError, match=r"slice_interval.*unknown key"):
         load_coco_config("coco", p)
-    p.write_text("coco: {}\nvariants: {coco-cat: {scheduler: rr}}\n")
-    with pytest.raises(ConfigError, match="coco-cat"):
+    p.write_text("coco: {}\nvariants: {coco-mba: {scheduler: rr}}\n")
+    with pytest.raises(ConfigError, match="coco-mba"):
         load_coco_config("coco", p)
     with pytest.raises(ConfigError, match="admission control needs the profile"):
         CocoConfig(scheduler="rr", admission_control=True)
