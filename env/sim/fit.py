@@ -627,7 +627,8 @@ def write_fitted(
     """Replace `key: value` lines of configs/apps/<app>.yaml for the fitted keys (comments kept), and
     the `# written by` line above `fitted:` with `provenance` (the command that reproduces them).
     A `partial` fit (some parameters, the others held at the file's values) keeps the earlier
-    `# written by` lines above its own and the earlier `fitted:` names beside its own."""
+    `# written by` lines above its own and the earlier `fitted:` names beside its own. Any
+    `# rescored:` line (the loss of the file's values under a later model, without a refit) goes."""
     path = CONFIGS / "apps" / f"{app}.yaml"
     text = path.read_text()
     before = re.search(r"^fitted: \[(.*)\]$", text, flags=re.M)
@@ -639,6 +640,9 @@ def write_fitted(
             text = re.sub(rf"^{k}:.*$", line, text, flags=re.M)
         else:
             text = text.rstrip("\n") + f"\n{line}\n"
+    text = re.sub(
+        r"^# rescored: [^\n]*\n", "", text, flags=re.M
+    )  # new values: old rescorings no longer apply
     if not partial:
         text = re.sub(r"^# written by `python -m env\.sim\.fit[^\n]*\n", "", text, flags=re.M)
     text = re.sub(r"^fitted:.*\n?", "", text, flags=re.M)
