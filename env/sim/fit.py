@@ -640,9 +640,8 @@ def write_fitted(
             text = re.sub(rf"^{k}:.*$", line, text, flags=re.M)
         else:
             text = text.rstrip("\n") + f"\n{line}\n"
-    text = re.sub(
-        r"^# rescored: [^\n]*\n", "", text, flags=re.M
-    )  # new values: old rescorings no longer apply
+    # new values: a rescoring of the old ones no longer applies
+    text = re.sub(r"^# rescored: [^\n]*\n", "", text, flags=re.M)
     if not partial:
         text = re.sub(r"^# written by `python -m env\.sim\.fit[^\n]*\n", "", text, flags=re.M)
     text = re.sub(r"^fitted:.*\n?", "", text, flags=re.M)

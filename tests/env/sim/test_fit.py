@@ -78,9 +78,8 @@ def test_a_partial_fit_keeps_the_earlier_record_and_names(fitted_sphinx):
 
 
 RECORDED = re.compile(r"^# written by `python -m env\.sim\.fit --apps (\w+) [^`]*` \(loss ([0-9.]+)\)$", re.M)
-RESCORED = re.compile(
-    r"^# rescored: loss ([0-9.]+) ", re.M
-)  # the same values under a later model (a refit drops it)
+# the same values scored under a later model (a refit drops the line)
+RESCORED = re.compile(r"^# rescored: loss ([0-9.]+) ", re.M)
 
 
 @pytest.mark.parametrize("app", F.BASE)
