@@ -180,6 +180,35 @@ def moses_fungibility(cores: int, ways: int, freq_mhz: int) -> Setup:
     return s.at_loads({"moses": 0.9})
 
 
+FIG9_START_LOADS = {"memcached": 0.1, "xapian": 0.2, "moses": 0.1}  # PARTIES Sec. 5.3 / Fig. 9 at 0 s
+FIG9_START_MAX_P99_OVER_TARGET = 0.8  # slack > 0.2: PARTIES' downsize threshold (Alg. 1, Sec. 4.3)
+
+
+def fig9_start() -> Setup:
+    """PARTIES Sec. 5.3 / Fig. 9 at its start: Memcached, Xapian and Moses at 10%, 20% and 10% of
+    their max loads with the BE job, on PARTIES' fair allocation (Alg. 1 `initialization()`,
+    `env.allocations.fair_allocation`: equal cores, ways, memory and disk, nominal frequency). The
+    paper: "PARTIES detects a large slack in the tail latency of all services (Memcached first, then
+    Moses and Xapian), and decreases their core and cache allocations", i.e. each has more slack
+    than the downsize threshold, 0.2, there."""
+    from env.allocations import fair_allocation
+
+    scn = simple_scenario(dict(FIG9_START_LOADS), duration_s=WARMUP_S + MEASURE_S, warmup_s=WARMUP_S)
+    return Setup(scn, fair_allocation, "PARTIES Fig. 9 start (fair allocation)")
+
+
+def fig9_start_p99_over_target() -> dict[str, float]:
+    """Each Fig. 9 app's p99 / QoS target at `fig9_start` (deterministic steady state)."""
+    setup = fig9_start()
+    out, _, lc = analytic_outputs([setup], np.array([FIG9_START_LOADS["memcached"]]))
+    layout = build_layout(setup.scenario)
+    return {
+        layout.components[w].entity: float(out[0, 0, w, M.O_P99] * 1e6 / layout.lc_profile(w).qos_target_us)
+        for w in layout.lc
+        if lc[0, 0, w]
+    }
+
+
 # ---- analytic (deterministic) evaluation ----------------------------------------------------------
 @dataclass
 class _Packed:
