@@ -28,6 +28,8 @@ Sec. 5.1: 30 s warm-up, 60 s measured, sustained by the window verdict):
 from __future__ import annotations
 
 import json
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -238,12 +240,21 @@ def run_calibrate(
     """Run the calibration report into `out` (checked before the run starts, written through a
     staging directory, so an existing result is replaced only with `overwrite` and only at the end).
     `controllers` False leaves out the facts that need controllers (Fig. 5-6, Sec. 4.3)."""
+    t0 = time.time()
+
+    def say(msg: str) -> None:  # the same lines as env.sim.calibration's (progress bars need a tty)
+        print(f"[calibrate {time.time() - t0:5.0f}s] {msg}", file=sys.stderr, flush=True)
+
     with staged_output(out, overwrite) as tmp:
         report = calibration.run(seed=seed, workers=workers)
         if controllers:
+            say("PARTIES Fig. 6 (right): mix6-const under the Oracle and PARTIES")
             report["parties_fig6"] = parties_fig6(seed, workers)
+            say(f"PARTIES Sec. 4.3: downsizes reverted on {', '.join(SEC43_SCENARIOS)}")
             report["parties_sec43"] = parties_sec43(seed, workers)
+            say("PARTIES Fig. 5: the 2-app grids under PARTIES (the longest part)")
             report["parties_fig5"] = parties_fig5(seed, workers)
+            say("done")
         (tmp / "calibration.json").write_text(json.dumps(report, indent=2))
         (tmp / "calibration.md").write_text(calibration.markdown(report))
         calibration.plots(report, tmp)
