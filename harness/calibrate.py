@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,13 +39,14 @@ from typing import Any
 
 import numpy as np
 
+from baselines.parties import load_parties_config
 from env import metrics as M
 from env.config import resolve_config
 from env.loop import TickRecord
 from env.outdir import staged_output
 from env.sim import calibration
 from env.sim.scenario import load_scenario
-from env.types import AppAlloc, slack
+from env.types import Resource, slack
 from harness.maxload import MaxLoadProtocol, point_scenario, serial_grid
 from harness.output import pmap
 from harness.runs import RunJob, execute
@@ -55,8 +55,6 @@ FIG5_HIGH_PCT = 80.0  # "close to its max load" / "high load"
 FIG5_TYPICAL_LOADS_PCT = (40.0, 50.0, 60.0)  # "a modest fraction of its own max load (typically 40-60%)"
 SEC43_SCENARIOS = ("mix3-const", "mix6-const", "fig9-ramp")
 SEC43_RARE = 0.2  # "rarely": at most this fraction of downsizes reverted
-SEC43_DOWNSIZE_ABOVE = 0.2  # Alg. 1 / Sec. 4.3: slack above which PARTIES downsizes an app
-SEC43_VIOLATION_BELOW = 0.05  # Alg. 1 / Sec. 4.3: slack below which it upsizes one
 
 
 def _pair_task(args: tuple[str, str, int, str]) -> dict[str, Any]:
@@ -173,32 +171,29 @@ def parties_fig5(seed: int, workers: int, apps: Sequence[str] = calibration.APPS
     }
 
 
-def _held(a: AppAlloc) -> tuple[float, ...]:
-    return (a.cores, a.llc_ways, a.freq_mhz, a.memory_gb, a.disk_mbps)
-
-
 def victim_impact(recs: Sequence[TickRecord]) -> tuple[int, int]:
     """PARTIES Sec. 4.2.4: an upsize takes one unit from its victim, the LC app with the most slack
     when no BE job has any, "to minimize the impact on the victim application". Returns (units taken
     from LC victims whose slack was above the downsize threshold, 0.2, in the interval that decided
     the upsize; those of them whose slack was below 0.05 in the next interval)."""
+    cfg = load_parties_config()  # Alg. 1's thresholds, as the controller uses them
     taken = hurt = 0
     for r, nxt in itertools.pairwise(recs):
         if not (r.changed and r.reason.startswith("upsize ")):
             continue
-        before = {a.name: _held(a) for a in r.alloc}
+        before = {a.name: tuple(a.amount(x) for x in Resource) for a in r.alloc}
         now = {a.name: a for a in r.apps}
         then = {a.name: a for a in nxt.apps}
         for a in nxt.alloc:
             if a.name == r.app or a.name not in now or a.name not in then or a.name not in before:
                 continue
-            after, prior = _held(a), before[a.name]
+            after, prior = tuple(a.amount(x) for x in Resource), before[a.name]
             if after == prior or any(x > y for x, y in zip(after, prior)):
                 continue  # not a victim of this upsize
-            if slack(now[a.name].target_us, now[a.name].p99_us) > SEC43_DOWNSIZE_ABOVE:
+            if slack(now[a.name].target_us, now[a.name].p99_us) > cfg.downsize_slack_above:
                 taken += 1
                 # a NaN slack (no valid p99 the next interval) counts as hurt
-                hurt += not slack(then[a.name].target_us, then[a.name].p99_us) >= SEC43_VIOLATION_BELOW
+                hurt += not slack(then[a.name].target_us, then[a.name].p99_us) >= cfg.upsize_slack_below
     return taken, hurt
 
 
@@ -295,8 +290,8 @@ def run_calibrate(
     `controllers` False leaves out the facts that need controllers (Fig. 5-6, Sec. 4.3)."""
     t0 = time.time()
 
-    def say(msg: str) -> None:  # the same lines as env.sim.calibration's (progress bars need a tty)
-        print(f"[calibrate {time.time() - t0:5.0f}s] {msg}", file=sys.stderr, flush=True)
+    def say(msg: str) -> None:
+        calibration.progress_line(t0, msg)
 
     with staged_output(out, overwrite) as tmp:
         report = calibration.run(seed=seed, workers=workers)

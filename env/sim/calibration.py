@@ -39,9 +39,7 @@ from env.sim.experiments import (
     FIG9_START_MAX_P99_OVER_TARGET,
     FUNGIBLE_TUPLES,
     KNEE_OF_MAX_RPS,
-    MEASURE_S,
     SMALL_TUPLE,
-    WARMUP_S,
     Setup,
     alone,
     analytic_outputs,
@@ -51,10 +49,10 @@ from env.sim.experiments import (
     mongodb_memory,
     mongodb_pair,
     moses_fungibility,
+    run_window,
     sampled_window_meet,
     with_antagonist,
 )
-from env.sim.node import SimNode
 from env.sim.traces import MAX_LOAD_MULTIPLE
 
 APPS = ("memcached", "xapian", "nginx", "moses", "mongodb", "sphinx")
@@ -359,16 +357,7 @@ def fact_fig9_start_slack(seed: int) -> dict:
     their core and cache allocations": each app's slack is above the downsize threshold (0.2) in most
     500 ms intervals (`experiments.fig9_start`, one sampled minute after a 30 s warm-up). Holds when
     every app's median interval p99 is below 0.8 of its target."""
-    setup = fig9_start()
-    node = SimNode(setup.scenario, seed=seed, initial=setup.allocation)
-    dt = node.capabilities().interval_s
-    n_warm, n_meas = round(WARMUP_S / dt), round(MEASURE_S / dt)
-    ratios: dict[str, list[float]] = {}
-    for k in range(n_warm + n_meas):
-        obs = node.step()
-        if k >= n_warm:
-            for a in obs.apps:
-                ratios.setdefault(a.name, []).append(a.p99_us / a.target_us)
+    ratios = run_window(fig9_start(), seed)["interval_p99_over_target"]
     median = {a: float(np.nanmedian(r)) for a, r in ratios.items()}
     above = {a: float(np.mean(np.asarray(r) < FIG9_START_MAX_P99_OVER_TARGET)) for a, r in ratios.items()}
     return {
@@ -399,6 +388,11 @@ def _table(cells: list[dict]) -> dict:
     return {"mae_pts": float(np.mean(err)), "max_abs_err_pts": float(np.max(err)), "cells": cells}
 
 
+def progress_line(t0: float, msg: str) -> None:
+    """One progress line on stderr, seconds since `t0` (progress bars are off in a log)."""
+    print(f"[calibrate {time.time() - t0:5.0f}s] {msg}", file=sys.stderr, flush=True)
+
+
 def run(seed: int = 0, workers: int = 2, progress: bool = True) -> dict:
     """Run every calibration experiment (module docstring) with `workers` processes and return the
     report that `calibration.json` holds."""
@@ -406,7 +400,7 @@ def run(seed: int = 0, workers: int = 2, progress: bool = True) -> dict:
 
     def say(msg: str) -> None:
         if progress:
-            print(f"[calibrate {time.time() - t0:5.0f}s] {msg}", file=sys.stderr, flush=True)
+            progress_line(t0, msg)
 
     say("PARTIES Table 2 / Fig. 1: each app alone")
     t2 = _map(_table2_cell, [(a, seed) for a in APPS], workers)
