@@ -103,6 +103,11 @@ class BoConfig:
     # once more than (1 - recheck_meet_frac) of its intervals missed one ("intervals")
     recheck_window_s: float = 10.0
     recheck_meet_frac: float = 0.9
+    # which sample is closest to QoS (the centre of the repair region before QoS is met, and what
+    # is held when none met it) and which of its apps are failing: by the GP's posterior mean of
+    # each app's headroom at the sampled points ("model": the measurements denoised, which matters
+    # for an app with a few requests per sample) or by the measured headroom ("measured")
+    closest_by: Literal["model", "measured"] = "measured"
     # GP inputs: "own" = each LC app's latency model sees its own partition's columns and the BE
     # throughput model the BE party's (agents.bo.model); "all" = every model sees every column
     model_inputs: Literal["own", "all"] = "own"

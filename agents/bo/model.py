@@ -306,6 +306,27 @@ class Surrogate:
             except (RuntimeError, ValueError):  # e.g. a Cholesky failure on the new data
                 return Proposal(0, "none", math.nan, fit_ok=False)
 
+    def predict(
+        self,
+        train_x: np.ndarray,
+        train_y: np.ndarray,
+        x: np.ndarray,
+        inputs: Sequence[Sequence[int]] | None = None,
+    ) -> np.ndarray | None:
+        """The posterior mean (n, outputs) at `x`, in the units of `train_y`, of the GP conditioned
+        on the samples with the stored hyperparameters (nothing is fitted, nothing random is drawn);
+        None without fitted ones or on a failure."""
+        if self._params is None:
+            return None
+        with _quiet_single_thread(0):
+            try:
+                model = build_gp(train_x, train_y, inputs, self._params).eval()
+                with torch.no_grad():
+                    mean = model.posterior(torch.as_tensor(x, dtype=DTYPE)).mean
+            except (RuntimeError, ValueError):
+                return None
+        return mean.numpy().reshape(len(x), -1)
+
 
 def _acquire(
     model: SingleTaskGP,

@@ -641,6 +641,55 @@ def test_repair_candidates_give_the_failing_app_more(parties_caps):
     assert (cands.units[:, xi, :] >= u0).all() and (cands.units[:, xi, :] > u0).any(axis=1).all()
 
 
+@pytest.mark.parametrize("closest_by", ["model", "measured"])
+def test_the_closest_sample_and_its_failing_apps_follow_closest_by(parties_caps, monkeypatch, closest_by):
+    """Before QoS is met, the sample closest to it (the repair region's centre) and the apps to
+    repair are the model's with `closest_by: model`: here the measurements say fair missed by
+    xapian alone and by less, the GP's posterior mean says fair's memcached is far off too, and
+    be_minimum is the closer one, missing by nginx only."""
+    cfg = dataclasses.replace(SM, trust_init=0.1, max_samples_without_qos=10, closest_by=closest_by)
+    c, feed = _ctrl(parties_caps, cfg), Feed(parties_caps)
+    means = np.array(
+        [  # objective, memcached, xapian, nginx (the caps' LC order)
+            [0.2, -1.0, -0.1, 0.5],  # fair
+            [0.1, 0.5, 0.5, -0.05],  # be_minimum
+        ]
+    )
+    calls: list[int] = []
+
+    def predict(train_x, train_y, x, inputs=None):
+        calls.append(len(x))
+        return means[: len(x)]
+
+    monkeypatch.setattr(c._model, "predict", predict)
+    _run_samples(c, feed, [({"xapian": 1.3}, 0.2), ({"nginx": 1.5}, 0.1)])
+    assert (calls == [2]) is (closest_by == "model")  # once, when the second sample chose the next
+    best = c.best
+    assert best is not None and best.index == (2 if closest_by == "model" else 1)
+    repaired = "nginx" if closest_by == "model" else "xapian"
+    space = _space(parties_caps, cfg)
+    cands = c._candidates()
+    assert len(cands) > 0
+    i = [a.name for a in parties_caps.lc_apps].index(repaired)
+    u0 = space.point_of(best.allocation).units[0, i]
+    assert (cands.units[:, i, :] >= u0).all() and (cands.units[:, i, :] > u0).any(axis=1).all()
+
+
+def test_the_posterior_mean_pools_repeated_noisy_measurements():
+    """`Surrogate.predict`: at a point measured four times (headroom -0.9, +0.3, -0.6, +0.2) the
+    posterior mean lies near their average, far from the luckiest one; far from every sample it
+    returns to the outputs' mean."""
+    x = np.array([[0.2, 0.2]] * 4 + [[0.8, 0.8], [0.85, 0.8]])
+    y = np.array([[0.1, -0.9], [0.1, 0.3], [0.1, -0.6], [0.1, 0.2], [0.5, 0.6], [0.5, 0.55]])
+    s = Surrogate(attempts=1)
+    assert s.predict(x, y, x[:1]) is None  # nothing fitted yet
+    assert s.fit(x, y, seed=0)
+    mean = s.predict(x, y, np.array([[0.2, 0.2], [0.8, 0.8]]))
+    assert mean is not None and mean.shape == (2, 2)
+    assert -0.5 < mean[0, 1] < 0.0  # the four measurements' average is -0.25
+    assert mean[1, 1] > 0.4
+
+
 def test_network_limits_follow_use_outside_the_search(parties_caps):
     """network: follow applies PARTIES' network rule every interval (env.moves.adjust_network):
     an app using far less than its limit gives bandwidth back, and a held allocation still counts
