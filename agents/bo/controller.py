@@ -308,7 +308,9 @@ class BoController(BaseController):
                 ) from None
         self._space: AllocationSpace | None = self._base_space
         self._model = Surrogate(self.cfg.fit_attempts, self.cfg.fit_maxiter, self.cfg.fit_ftol)
-        self._smoothed: dict[tuple[float, ...], tuple[float, ...]] = {}  # `_smooth_headroom`
+        # `_smoothed_headroom`: the smoothed headroom per sample point, and the samples it saw
+        self._smoothed: dict[tuple[float, ...], tuple[float, ...]] = {}
+        self._smoothed_on: tuple[int, int] | None = None
         self._first_qos: dict[int, int] = {}
         self._resident_gb: dict[str, float] = {}
         self._phase = Phase.SEARCH
@@ -530,7 +532,6 @@ class BoController(BaseController):
 
     def _choose(self) -> tuple[str, Allocation] | None:
         self._space = space = self._floored_space()
-        self._smooth_headroom()
         seen = {s.x for s in self._cur}
         while self._queue:
             label, what = self._queue.pop(0)
@@ -573,13 +574,17 @@ class BoController(BaseController):
             self._stop_early = math.exp(prop.log_value) < self.cfg.stop_ei_rel * max(abs(best_f), 1e-9)
         return f"bo:{prop.kind} (P(QoS) {prop.pof:.2f})", space.decode(cands, prop.index)
 
-    def _smooth_headroom(self) -> None:
+    def _smoothed_headroom(self) -> dict[tuple[float, ...], tuple[float, ...]]:
         """With `closest_by: model`, each sample of this search's headroom as the GP's posterior
         mean at its point (`_headroom_of`): one measurement of an app with a few requests per sample
-        is mostly noise, the model pools it with the samples around it."""
-        self._smoothed = {}
+        is mostly noise, the model pools it with the samples around it. Computed when first asked
+        for after a new sample or search, so every sample is ranked on the same footing."""
+        key = (self._search, len(self._all))
+        if self._smoothed_on == key:
+            return self._smoothed
+        self._smoothed, self._smoothed_on = {}, key
         if self.cfg.closest_by != "model" or not self._cur or len(self._training_samples()) < 2:
-            return
+            return self._smoothed
         train_x, train_y = self._training_data()
         mean = self._model.predict(
             train_x,
@@ -591,11 +596,12 @@ class BoController(BaseController):
             self._smoothed = {
                 s.x: tuple(float(v) for v in row[1:]) for s, row in zip(self._cur, mean, strict=True)
             }
+        return self._smoothed
 
     def _headroom_of(self, s: Sample) -> tuple[float, ...]:
         """Each LC app's headroom at sample `s` for ranking it against the others and for choosing
         the apps to repair: the smoothed one when there is one (`closest_by`), else the measured."""
-        return self._smoothed.get(s.x, s.headroom)
+        return self._smoothed_headroom().get(s.x, s.headroom)
 
     def _training_samples(self) -> list[Sample]:
         """What the GP is trained on: the current search's samples, after those of earlier searches

@@ -663,13 +663,14 @@ def test_the_closest_sample_and_its_failing_apps_follow_closest_by(parties_caps,
 
     monkeypatch.setattr(c._model, "predict", predict)
     _run_samples(c, feed, [({"xapian": 1.3}, 0.2), ({"nginx": 1.5}, 0.1)])
-    assert (calls == [2]) is (closest_by == "model")  # once, when the second sample chose the next
     best = c.best
     assert best is not None and best.index == (2 if closest_by == "model" else 1)
     repaired = "nginx" if closest_by == "model" else "xapian"
     space = _space(parties_caps, cfg)
     cands = c._candidates()
     assert len(cands) > 0
+    # the posterior at both samples, once: asked for by `best`, then reused by the candidates
+    assert (calls == [2]) is (closest_by == "model")
     i = [a.name for a in parties_caps.lc_apps].index(repaired)
     u0 = space.point_of(best.allocation).units[0, i]
     assert (cands.units[:, i, :] >= u0).all() and (cands.units[:, i, :] > u0).any(axis=1).all()
