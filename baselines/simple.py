@@ -8,7 +8,9 @@ and PARTIES' fair starting partition held for ever.
   ... relies on the OS to schedule applications and manage resources".
 * `StaticController` ("static"): PARTIES' start (Alg. 1 `initialization()`, Sec. 4.2.1): each
   app an equal partition of every resource at nominal frequency (`env.allocations.fair_allocation`),
-  never changed: what a careful operator would configure by hand.
+  never changed: what a careful operator would configure by hand. `static:FILE.yaml` holds another
+  partition: the fair one with the file's per-app values (`load_static_overrides`), e.g. a split
+  measured on a real node, run again in the simulator to compare the two on the same allocation.
 
 Both ignore measurements, so an invalid observation changes nothing: they keep asserting their
 allocation. Every controller starts from the fair allocation in `evaluate.py` (the node's
@@ -18,10 +20,30 @@ initial state); `unmanaged` switches to its allocation at its first decision.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 from env.allocations import fair_allocation, unmanaged_allocation
+from env.config import ConfigError, load_yaml
 from env.controller import BaseController
-from env.types import Allocation, Decision, Observation
+from env.types import Allocation, AllocationError, Capabilities, Decision, Observation, validate_allocation
+
+STATIC_FIELDS: dict[str, type] = {
+    "cores": float,
+    "llc_ways": int,
+    "freq_mhz": int,
+    "memory_gb": float,
+    "disk_mbps": float,
+    "net_gbps": float,
+    "mba_pct": int,
+    "cpu_quota": float,
+    "cpu_shares": int,
+}
+"""The `AppAlloc` fields a `static:FILE.yaml` may set, with their types."""
+
+StaticOverrides = Mapping[str, Mapping[str, float | int]]
+"""app name -> {field: value} (`STATIC_FIELDS`)."""
 
 
 class _FixedController(BaseController):
@@ -57,10 +79,63 @@ class UnmanagedController(_FixedController):
 
 
 class StaticController(_FixedController):
-    """PARTIES' fair start held for ever (module docstring; Alg. 1 `initialization()`)."""
+    """PARTIES' fair start held for ever (module docstring; Alg. 1 `initialization()`), or with
+    `overrides` the fair start with those per-app values (`static_allocation`)."""
 
     name = "static"
 
+    def __init__(self, overrides: StaticOverrides | None = None, where: str = "static") -> None:
+        super().__init__()
+        self._overrides: StaticOverrides = overrides or {}
+        self._where = where
+
     def _allocation(self) -> Allocation:
         assert self.caps is not None
-        return fair_allocation(self.caps)
+        return static_allocation(self.caps, self._overrides, self._where)
+
+
+def load_static_overrides(path: str | Path) -> dict[str, dict[str, float | int]]:
+    """The YAML file of a `static:FILE.yaml` spec: a mapping of app names to mappings of
+    `STATIC_FIELDS` to numbers, e.g. `{nginx: {cores: 1.5}, be: {cores: 0.25, cpu_shares: 2}}`.
+    Anything else is a `ConfigError` naming the entry; apps and values are checked against a node
+    by `static_allocation`."""
+    data: Any = load_yaml(path)
+    if not isinstance(data, Mapping) or not data:
+        raise ConfigError(
+            f"{path}: expected a mapping of app names to {{field: value}}, e.g. nginx: {{cores: 1.5}}"
+        )
+    out: dict[str, dict[str, float | int]] = {}
+    for app, fields in data.items():
+        if not isinstance(fields, Mapping) or not fields:
+            raise ConfigError(f"{path}: {app}: expected a mapping of fields to values, e.g. {{cores: 1.5}}")
+        out[str(app)] = {}
+        for key, value in fields.items():
+            kind = STATIC_FIELDS.get(str(key))
+            if kind is None:
+                raise ConfigError(
+                    f"{path}: {app}.{key}: not a field a static allocation sets; allowed: {list(STATIC_FIELDS)}"
+                )
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+                raise ConfigError(f"{path}: {app}.{key}: expected a number, got {value!r}")
+            if kind is int and value != int(value):
+                raise ConfigError(f"{path}: {app}.{key}: expected a whole number, got {value!r}")
+            out[str(app)][str(key)] = kind(value)
+    return out
+
+
+def static_allocation(caps: Capabilities, overrides: StaticOverrides, where: str = "static") -> Allocation:
+    """PARTIES' fair start (`fair_allocation`) with `overrides` applied app by app
+    (`Allocation.replace_app`: a core-group or CLOS field changes for every app sharing it), checked
+    against the node (`validate_allocation`). An app the node does not run, or an allocation it
+    cannot hold, is a `ConfigError` naming `where`."""
+    alloc = fair_allocation(caps)
+    names = [a.name for a in alloc]
+    for app, changes in overrides.items():
+        if app not in names:
+            raise ConfigError(f"{where}: no app {app!r} on this node; its apps: {', '.join(names)}")
+        alloc = alloc.replace_app(app, **changes)
+    try:
+        validate_allocation(alloc, caps)
+    except AllocationError as e:
+        raise ConfigError(f"{where}: the node cannot hold this allocation: {e}") from None
+    return alloc

@@ -45,9 +45,15 @@ def _unmanaged(ctx: ControllerContext, arg: str | None) -> Controller:
 
 
 def _static(ctx: ControllerContext, arg: str | None) -> Controller:
-    from baselines.simple import StaticController
+    """`static`: the fair start; `static:FILE.yaml`: with the file's per-app values, checked
+    against the node here, so that a bad file fails before any run."""
+    from baselines.simple import StaticController, load_static_overrides, static_allocation
 
-    return StaticController()
+    if arg is None:
+        return StaticController()
+    overrides = load_static_overrides(arg)
+    static_allocation(ctx.capabilities, overrides, where=arg)
+    return StaticController(overrides, where=arg)
 
 
 def _parties(ctx: ControllerContext, arg: str | None) -> Controller:
@@ -114,7 +120,12 @@ def _rl(ctx: ControllerContext, arg: str | None) -> Controller:
 
 REGISTRY: dict[str, Entry] = {
     "unmanaged": Entry(_unmanaged, "no isolation, OS-managed (PARTIES Sec. 5.2.3)"),
-    "static": Entry(_static, "PARTIES' fair start held for ever (Alg. 1 initialization)"),
+    "static": Entry(
+        _static,
+        "PARTIES' fair start held for ever (Alg. 1 initialization); :FILE.yaml = with per-app values, e.g. nginx: {cores: 1.5}",
+        arg="FILE",
+        optional_arg=True,
+    ),
     "parties": Entry(
         _parties,
         "PARTIES (ASPLOS'19) Sec. 4, Alg. 1-4; :code = as the authors' code runs it, :code-stats = its statistics only",

@@ -122,7 +122,7 @@ def test_registry_parses_specs_strictly(monkeypatch):
     for bad, msg in (
         ("statik", "did you mean 'static'"),
         ("needs", "needs an argument: needs:PATH"),
-        ("static:x", "takes no argument"),
+        ("unmanaged:x", "takes no argument"),
         ("maybe:", "empty argument"),
     ):
         with pytest.raises(ConfigError, match=msg):

@@ -416,6 +416,13 @@ class Attempts:
     inconclusive: list[str] = field(default_factory=list)
 
 
+def run_key(spec: str, specs: Sequence[str]) -> str:
+    """How a run is named in an attempt: its controller's name (`parties`, `rl`), or the whole spec
+    when two specs share a name (`static:a.yaml`, `static:b.yaml`)."""
+    name = spec.split(":")[0]
+    return name if sum(s.split(":")[0] == name for s in specs) == 1 else spec
+
+
 def decide_by_attempts(
     tmp_path: Path,
     services: Services,
@@ -441,7 +448,7 @@ def decide_by_attempts(
         try:
             targets = calibrate(tmp, services)
             loads = max_loads(targets) if max_loads else None
-            runs = {s.split(":")[0]: run_controller(s, tmp, services, targets, loads) for s in specs}
+            runs = {run_key(s, specs): run_controller(s, tmp, services, targets, loads) for s in specs}
             lines = comparison(runs, targets, attempt)
             check_controls(runs["unmanaged"], targets)
         except Inconclusive as e:
@@ -528,6 +535,7 @@ def test_gym_env_steps_on_the_real_node(tmp_path, services):
 
 # ---- a policy trained on the profiles hw.profile measured here ---------------------------------------
 POLICY_ENV = "COLOC_REAL_POLICY"  # a policy.pt trained with configs/train/vm.yaml (or its run directory)
+ALSO_ENV = "COLOC_REAL_ALSO"  # space-separated specs run in each attempt of the policy test, not judged
 PROFILES = {"memcached": "memcached-vm", "nginx": "nginx-vm"}  # configs/apps/ (python -m hw.profile)
 
 
@@ -568,7 +576,9 @@ def test_a_policy_trained_on_the_fitted_profiles_keeps_qos_with_more_be_than_par
     counts when its controls hold (`check_controls`, on the unmanaged run); the policy wins it when
     its QoS guarantee is at least PARTIES' and its BE throughput is higher. Decided by the majority
     of `DECISIVE` conclusive attempts of at most `MAX_ATTEMPTS` (about 2.5 minutes each); skips,
-    with the figures, when they do not decide. Runs only when `COLOC_REAL_POLICY` names the policy."""
+    with the figures, when they do not decide. Runs only when `COLOC_REAL_POLICY` names the policy.
+    `COLOC_REAL_ALSO` adds specs to every attempt (e.g. `static:split.yaml`, a fixed split of the
+    node's cores), run and printed beside the others but not judged."""
     policy = os.environ.get(POLICY_ENV)
     if not policy:
         pytest.skip(f"set {POLICY_ENV} to a policy trained with configs/train/vm.yaml (train.py --config vm)")
@@ -591,7 +601,10 @@ def test_a_policy_trained_on_the_fitted_profiles_keeps_qos_with_more_be_than_par
             f"{parties.qos_guarantee():.0%} BE {parties.be_throughput():.3f}: {'won' if won else 'lost'}"
         ]
 
-    seen = decide_by_attempts(tmp_path, services, ("parties", "unmanaged", f"rl:{policy}"), judge, max_loads)
+    also = tuple(os.environ.get(ALSO_ENV, "").split())
+    seen = decide_by_attempts(
+        tmp_path, services, ("parties", "unmanaged", f"rl:{policy}", *also), judge, max_loads
+    )
     wins = seen.expected
     majority = DECISIVE // 2 + 1
     if max(wins.count(True), wins.count(False)) < majority:
