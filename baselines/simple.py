@@ -19,31 +19,36 @@ initial state); `unmanaged` switches to its allocation at its first decision.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from env.allocations import fair_allocation, unmanaged_allocation
-from env.config import ConfigError, load_yaml
+from env.config import ConfigError, build, load_yaml
 from env.controller import BaseController
 from env.types import Allocation, AllocationError, Capabilities, Decision, Observation, validate_allocation
 
-STATIC_FIELDS: dict[str, type] = {
-    "cores": float,
-    "llc_ways": int,
-    "freq_mhz": int,
-    "memory_gb": float,
-    "disk_mbps": float,
-    "net_gbps": float,
-    "mba_pct": int,
-    "cpu_quota": float,
-    "cpu_shares": int,
-}
-"""The `AppAlloc` fields a `static:FILE.yaml` may set, with their types."""
+
+@dataclass(frozen=True)
+class StaticAppValues:
+    """The `AppAlloc` fields a `static:FILE.yaml` may set for one app (None: the fair share)."""
+
+    cores: float | None = None
+    llc_ways: int | None = None
+    freq_mhz: int | None = None
+    memory_gb: float | None = None
+    disk_mbps: float | None = None
+    net_gbps: float | None = None
+    mba_pct: int | None = None
+    cpu_quota: float | None = None
+    cpu_shares: int | None = None
+
 
 StaticOverrides = Mapping[str, Mapping[str, float | int]]
-"""app name -> {field: value} (`STATIC_FIELDS`)."""
+"""app name -> {field: value} (`StaticAppValues`)."""
 
 
 class _FixedController(BaseController):
@@ -96,9 +101,9 @@ class StaticController(_FixedController):
 
 def load_static_overrides(path: str | Path) -> dict[str, dict[str, float | int]]:
     """The YAML file of a `static:FILE.yaml` spec: a mapping of app names to mappings of
-    `STATIC_FIELDS` to numbers, e.g. `{nginx: {cores: 1.5}, be: {cores: 0.25, cpu_shares: 2}}`.
-    Anything else is a `ConfigError` naming the entry; apps and values are checked against a node
-    by `static_allocation`."""
+    `StaticAppValues` fields to numbers, e.g. `{nginx: {cores: 1.5}, be: {cores: 0.25, cpu_shares: 2}}`.
+    Anything else is a `ConfigError` naming the entry (`env.config.build`); apps and values are
+    checked against a node by `static_allocation`."""
     data: Any = load_yaml(path)
     if not isinstance(data, Mapping) or not data:
         raise ConfigError(
@@ -108,18 +113,8 @@ def load_static_overrides(path: str | Path) -> dict[str, dict[str, float | int]]
     for app, fields in data.items():
         if not isinstance(fields, Mapping) or not fields:
             raise ConfigError(f"{path}: {app}: expected a mapping of fields to values, e.g. {{cores: 1.5}}")
-        out[str(app)] = {}
-        for key, value in fields.items():
-            kind = STATIC_FIELDS.get(str(key))
-            if kind is None:
-                raise ConfigError(
-                    f"{path}: {app}.{key}: not a field a static allocation sets; allowed: {list(STATIC_FIELDS)}"
-                )
-            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-                raise ConfigError(f"{path}: {app}.{key}: expected a number, got {value!r}")
-            if kind is int and value != int(value):
-                raise ConfigError(f"{path}: {app}.{key}: expected a whole number, got {value!r}")
-            out[str(app)][str(key)] = kind(value)
+        values = build(StaticAppValues, fields, f"{path}: {app}")
+        out[str(app)] = {k: v for k, v in dataclasses.asdict(values).items() if v is not None}
     return out
 
 

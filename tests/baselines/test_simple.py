@@ -56,9 +56,9 @@ def test_plain_static_is_the_fair_start(vm_node):
 @pytest.mark.parametrize(
     "text, said",
     [
-        ("nginx-vm: {corez: 1}\n", "nginx-vm.corez: not a field"),
+        ("nginx-vm: {corez: 1}\n", "nginx-vm.corez: unknown key"),
         ("nginx-vm: {cores: lots}\n", "nginx-vm.cores: expected a number"),
-        ("nginx-vm: {cpu_shares: 2.5}\n", "nginx-vm.cpu_shares: expected a whole number"),
+        ("nginx-vm: {cpu_shares: 2.5}\n", "nginx-vm.cpu_shares: expected an integer"),
         ("nginx-vm: 1.5\n", "nginx-vm: expected a mapping of fields"),
         ("- nginx-vm\n", "expected a mapping of app names"),
     ],

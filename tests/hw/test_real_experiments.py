@@ -47,7 +47,7 @@ from env.controller import ControllerContext
 from env.guards import clamp_only
 from env.loop import ControlLoop, TickRecord
 from env.types import Move
-from harness.registry import make_controller
+from harness.registry import make_controller, parse_spec
 from hw.config import AppTarget, CoresConfig, FeedConfig, LinuxNodeConfig, MemoryConfig
 from hw.linux_node import LinuxNode
 from hw.sweep import (
@@ -419,8 +419,8 @@ class Attempts:
 def run_key(spec: str, specs: Sequence[str]) -> str:
     """How a run is named in an attempt: its controller's name (`parties`, `rl`), or the whole spec
     when two specs share a name (`static:a.yaml`, `static:b.yaml`)."""
-    name = spec.split(":")[0]
-    return name if sum(s.split(":")[0] == name for s in specs) == 1 else spec
+    name = parse_spec(spec)[0]
+    return name if sum(parse_spec(s)[0] == name for s in specs) == 1 else spec
 
 
 def decide_by_attempts(
