@@ -492,8 +492,17 @@ def base_platform(
     return dataclasses.replace(
         base, name=name, description=f"{base.description}; CPU-quota mode, fitted to measurements",
         core_mode="quota", quota_step_cores=quota_step, cfs_period_ms=period_ms, knobs=knobs,
+        cfs_resume_wait_ms=base.cfs_resume_wait_ms or linux_base_slice_ms(bench_cores) / 2.0,
         source=f"{MARKER} from {base.name} ({base.source})", fitted=(),
     )  # fmt: skip
+
+
+def linux_base_slice_ms(cpus: float) -> float:
+    """Linux's default scheduler slice on `cpus` CPUs: 0.75 ms x (1 + log2 min(cpus, 8))
+    (`sysctl_sched_base_slice` scaled by SCHED_TUNABLESCALING_LOG). A co-runner resuming from CFS
+    throttling holds a CPU about that long, and a request arriving there meanwhile waits half of it
+    on average: the node's `cfs_resume_wait_ms` unless its platform file gives one."""
+    return 0.75 * (1 + math.floor(math.log2(max(1, min(int(cpus), 8)))))
 
 
 def rounded(prof: LcProfile, platform: Platform) -> tuple[LcProfile, Platform]:

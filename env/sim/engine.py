@@ -160,6 +160,7 @@ def platform_row(pl: Platform, warm_start: bool = False) -> np.ndarray:
     r[M.PL_DT] = pl.interval_s
     r[M.PL_CFS_PERIOD_S] = pl.cfs_period_ms / 1000
     r[M.PL_CFS_STRAND_S] = pl.cfs_stranded_ms / 1000
+    r[M.PL_CFS_RESUME_S] = pl.cfs_resume_wait_ms / 1000
     r[M.PL_QUOTA_MODE] = float(pl.core_mode == "quota")
     return r
 

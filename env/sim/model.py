@@ -19,6 +19,13 @@ Per interval, per node:
    make it wait; on the sibling hyperthreads ("CPU") they force the SMT speed. On a quota-mode
    platform nothing pins a thread to a core, so a waking thread also waits whenever the other
    workloads' runnable threads hold every CPU: with probability n_other - (cores - 1), clipped.
+   A batch co-runner whose CFS quota binds is throttled for the rest of each period and its
+   threads resume together at the next one (Linux sched-bwc.rst), each preempting what it finds
+   on its CPU for a slice: the requests of an LC app sharing those cores that arrive there meanwhile
+   wait (a share resumes x slice / (CPUs x period), the slice twice the node's
+   `cfs_resume_wait_ms`, the mean wait). Measured on a 2-core VM, where such a co-runner cost
+   memcached more intervals than an unthrottled one using as much CPU (README, "Bring your own
+   service"); 0 on the papers' nodes, where nothing measured it.
 2. **Power and turbo.** Groups capped at the turbo level share one frequency: the turbo bin for the
    number of active cores, lowered until the socket fits its TDP (dynamic power ~ f^3 x power
    factor per busy core). Fixed (userspace) levels are applied as set.
@@ -117,7 +124,8 @@ PL_CFS_PERIOD_S = 33  # CFS bandwidth period (cpu.cfs_period_us): a quota is gra
 PL_CFS_STRAND_S = 34  # quota stranded on each further CPU a throttled group runs on (per-CPU runtime slices)
 PL_QUOTA_MODE = 35  # 1: cores are CPU quotas on every core (no cpuset pins a thread), 0: cpusets
 PL_WARM_START = 36  # > 0: the node memory (GB) the apps ran unmanaged in before the first interval (model step 4); 0: a cold start
-NPL = 37
+PL_CFS_RESUME_S = 37  # mean wait behind a co-runner resuming from CFS throttling (step 1); 0: none
+NPL = 38
 
 # ---- component parameters -----------------------------------------------------------------------
 P_ACTIVE = 0
@@ -614,6 +622,30 @@ def _quantile(p, coef, rate, n, fb, wa, wb):
 
 
 @njit(cache=True)
+def _throttled_resumes(prm, alloc, b, w, g, hk, nw):
+    """CPUs on which the batch co-runners of LC component w (core group `g`, `hk` hardware threads)
+    resume once per CFS period because their quota binds: a group whose runnable threads ask for
+    more than `cpu.cfs_quota_us` is throttled for the rest of each period, and its threads come
+    back together at the next one, on up to `hk` CPUs per group (step 1 of the module docstring)."""
+    cpus = 0.0
+    for v in range(nw):
+        pv = prm[b, v]
+        q = alloc[b, v, A_QUOTA]
+        if (
+            v != w
+            and pv[P_ACTIVE] > 0.5
+            and pv[P_KIND] > 0.5
+            and alloc[b, v, A_GROUP] == g
+            and alloc[b, v, A_CORES] > 0.0
+            and not (pv[P_PLACE] >= 0.5 and pv[P_PLACE] < 2.5)
+            and q > 0.0
+            and pv[P_THREADS] * pv[P_BUSY] > q * (1.0 + 1e-9)
+        ):
+            cpus += min(pv[P_THREADS], hk)
+    return cpus
+
+
+@njit(cache=True)
 def _cfs_throttle(demand, quota, cores, period, svc, cv2):
     """(share of requests delayed, shortest and longest delay in s) of an app whose CFS quota
     binds (Linux CFS bandwidth control, Documentation/scheduler/sched-bwc.rst): `demand` cores of
@@ -709,6 +741,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
     hw = np.zeros(nw)  # hardware threads a workload gets
     hwf = np.zeros(nw)  # ... and what it runs on between CFS throttles (no quota applied)
     pwait = np.zeros(nw)
+    presume = np.zeros(nw)  # share of an LC app's requests that wait behind a throttled co-runner's resume
     freq = np.zeros(nw)
     rate = np.zeros(nw)  # units per second (requests for LC)
     occ_t = np.zeros(nw)
@@ -740,6 +773,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             busy[w] = 0.0
             speed[w] = 1.0
             pwait[w] = 0.0
+            presume[w] = 0.0
             if p[P_ACTIVE] < 0.5:
                 continue
             if p[P_PLACE] >= 0.5 and p[P_PLACE] < 2.5:
@@ -816,6 +850,11 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 pwait[w] = min(1.0, (runnable - hk) / hk)
             if pl[PL_QUOTA_MODE] > 0.5:  # unpinned: it waits when the others' threads hold every CPU
                 pwait[w] = max(pwait[w], min(1.0, max(0.0, n_other - (hk - 1.0))))
+            if p[P_KIND] < 0.5 and pl[PL_CFS_RESUME_S] > 0.0:
+                # a co-runner's threads resuming from CFS throttling run a slice (2 x the mean wait)
+                # before an LC thread they preempt: requests arriving on those CPUs meanwhile wait
+                cpus = _throttled_resumes(prm, alloc, b, w, g, hk, nw)
+                presume[w] = min(1.0, cpus * 2.0 * pl[PL_CFS_RESUME_S] / (hk * pl[PL_CFS_PERIOD_S]))
         # antagonists pinned onto an app's hyperthreads (PARTIES Table 3)
         for a in range(nw):
             pa = prm[b, a]
@@ -1253,6 +1292,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 nt = _service_wait(coef, rt, 0, 1.0, mu / (1.0 - det), cw, theta)
             nt = _convolve(coef, rt, nt, q_io, r_io)
             nt = _convolve(coef, rt, nt, pwait[w], 1.0 / pl[PL_SCHED_S])
+            if presume[w] > 0.0:
+                nt = _convolve(coef, rt, nt, presume[w], 1.0 / pl[PL_CFS_RESUME_S])
             if r_net > 0.0 and r_net < 100.0 * mu:  # skip a link queue under 1% of the service time
                 nt = _convolve(coef, rt, nt, 1.0, r_net)
             # fluid backlog carried across intervals

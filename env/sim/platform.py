@@ -140,6 +140,9 @@ class Platform:
     # quota left unused on each further CPU a throttled group runs on: per-CPU runtime is handed out
     # in slices (sched_cfs_bandwidth_slice_us, 5 ms) and only partly returned (Linux sched-bwc.rst)
     cfs_stranded_ms: float = 0.0
+    # mean wait of a request whose thread a co-runner throttled by its CFS quota preempts when it
+    # resumes at the next period (model step 1; 0: not modelled, as on the papers' nodes)
+    cfs_resume_wait_ms: float = 0.0
     knobs: tuple[str, ...] = ()  # resources a controller may move here (env.types.Resource); () = all
     source: str = ""
     fitted: tuple[str, ...] = ()  # fields fitted to measurements on the node
@@ -205,6 +208,7 @@ class Platform:
         require_in(where, 1e-3, 60.0, interval_s=self.interval_s)
         require_in(where, 1.0, 1000.0, cfs_period_ms=self.cfs_period_ms)  # the kernel's 1 ms .. 1 s
         require_in(where, 0.0, self.cfs_period_ms, cfs_stranded_ms=self.cfs_stranded_ms)
+        require_in(where, 0.0, self.cfs_period_ms / 2.0, cfs_resume_wait_ms=self.cfs_resume_wait_ms)
         require_in(where, 0.01, float(self.cores), quota_step_cores=self.quota_step_cores)
         require_in(where, 1e-9, mem.gb, **{"memory.step_gb": mem.step_gb})
         require_in(where, 1e-9, disk.seq_mbps, **{"disk.step_mbps": disk.step_mbps})

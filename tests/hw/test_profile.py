@@ -157,6 +157,17 @@ def test_the_plan_holds_out_rates_and_quotas_the_fit_never_sees_and_skips_overlo
     assert runs == P.schedule(points, passes=2, seed=0)
 
 
+def test_a_node_file_gets_the_kernels_resume_wait_unless_its_platform_gives_one():
+    """A co-runner resuming from CFS throttling holds a CPU for about Linux's default slice, 0.75 ms
+    x (1 + log2 min(CPUs, 8)): a node file starts from half of it (the mean wait of a request that
+    arrives meanwhile, `env.sim.model` step 1) unless the platform it starts from gives its own."""
+    assert [P.linux_base_slice_ms(n) for n in (1, 2, 4, 8, 64)] == [0.75, 1.5, 2.25, 3.0, 3.0]
+    bare = dataclasses.replace(load_platform("vm2"), cfs_resume_wait_ms=0.0)
+    assert P.base_platform(bare, "x", 2.0, ("core",), 0.25, 100.0).cfs_resume_wait_ms == 0.75
+    given = dataclasses.replace(bare, cfs_resume_wait_ms=2.0)
+    assert P.base_platform(given, "x", 2.0, ("core",), 0.25, 100.0).cfs_resume_wait_ms == 2.0
+
+
 def test_a_refit_from_the_measurements_reproduces_the_files(tmp_path, configs):
     out = tmp_path / "report"
     assert run_fake(configs, out)[0] == 0

@@ -264,6 +264,8 @@ def _write_variant(tmp_path, kind: str, name: str, change) -> str:
         (("memory", "step_gb"), 0, "memory.step_gb"),
         (("disk", "step_mbps"), -10, "disk.step_mbps"),
         (("sched_wakeup_delay_ms",), 0, "sched_wakeup_delay_ms must be > 0"),
+        (("cfs_resume_wait_ms",), -0.5, r"cfs_resume_wait_ms must be in \[0, 50\]"),
+        (("cfs_resume_wait_ms",), 60.0, r"cfs_resume_wait_ms must be in \[0, 50\]"),
     ],
 )
 def test_platforms_with_zero_or_negative_bandwidths_and_steps_are_config_errors(tmp_path, path, value, match):

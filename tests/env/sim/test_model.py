@@ -604,7 +604,7 @@ def test_on_a_quota_node_a_waking_thread_waits_when_the_others_hold_every_cpu():
     from env.sim.fit import MeasuredPoint, simulate_points
 
     prof = _web_service()
-    node = _quota_node(sched_wakeup_delay_ms=2.0)
+    node = _quota_node(sched_wakeup_delay_ms=2.0, cfs_resume_wait_ms=0.0)  # (the next test's mechanism)
 
     def p99(be_quota):
         pt = MeasuredPoint(100.0, 0.5, 1.0, be_threads=2 if be_quota else 0, be_quota_cores=be_quota)
@@ -617,6 +617,37 @@ def test_on_a_quota_node_a_waking_thread_waits_when_the_others_hold_every_cpu():
     cpuset_node = dataclasses.replace(node, core_mode="cpuset")  # the oversubscription rule only
     pt = MeasuredPoint(100.0, 0.5, 1.0, be_threads=2, be_quota_cores=1.5)
     assert float(simulate_points(prof, cpuset_node, [pt])[0]) == pytest.approx(alone, rel=0.06)
+
+
+def test_a_co_runner_throttled_by_its_quota_delays_the_requests_its_resumes_preempt():
+    """Linux CFS bandwidth control throttles a group whose threads ask for more than its quota for
+    the rest of each period; they resume together at the next one and hold the CPUs they land on
+    for a slice. So a BE job throttled that way costs an LC app more of its tail than one using as
+    much CPU unthrottled (measured on the 2-core VM: README, "Bring your own service"), a job
+    resuming on both CPUs more than on one, and a longer period less; a node that does not model it
+    (`cfs_resume_wait_ms` 0, the papers' nodes) sees none of it."""
+    from env.sim.fit import MeasuredPoint, simulate_points
+
+    prof = load_profile("memcached-vm")
+    node = _quota_node(sched_wakeup_delay_ms=0.05, cfs_resume_wait_ms=0.75)
+
+    def p99(threads, be_quota, pl=node):
+        pt = MeasuredPoint(1000.0, 0.5, 1.0, be_threads=threads, be_quota_cores=be_quota)
+        return float(simulate_points(prof, pl, [pt])[0])
+
+    alone = p99(0, 0.0)
+    unthrottled = p99(1, 1.0)  # one thread under a quota of a whole core: never throttled
+    one_cpu = p99(1, 0.5)  # half the CPU time, throttled every period
+    two_cpus = p99(2, 1.0)  # as much CPU as the unthrottled one, resuming on both CPUs
+    assert unthrottled == pytest.approx(alone, rel=0.02)
+    assert one_cpu > 1.05 * unthrottled  # 0.75% of its requests wait: at the p99's edge
+    assert two_cpus > 1.5 * one_cpu  # 1.5%: past it
+    assert (
+        p99(2, 1.0, _quota_node(sched_wakeup_delay_ms=0.05, cfs_resume_wait_ms=0.75, cfs_period_ms=400.0))
+        < two_cpus
+    )
+    off = _quota_node(sched_wakeup_delay_ms=0.05, cfs_resume_wait_ms=0.0)
+    assert p99(2, 1.0, off) == pytest.approx(p99(0, 0.0, off), rel=0.02)
 
 
 def test_mba_delays_every_off_core_access_linearly_in_the_throttle():
