@@ -35,6 +35,9 @@ steady states of the same kernel).
 4. **Fit** (`FITTED_APP`, `node_params`): the profile's max load (its service time: the knee of
    PARTIES Sec. 3.2 on the whole node), fixed latency (loopback, client), service variability, and
    the node's stranded CFS runtime (plus its wake-up delay with a co-runner) to the fitted half.
+   Not fitted: the wait behind a co-runner resuming from CFS throttling (`cfs_resume_wait_ms`,
+   `env.sim.model` step 1), half Linux's default slice for the node's CPUs (`linux_base_slice_ms`)
+   unless the platform file it starts from gives one.
    The service is modelled as CPU-bound: memory, LLC and DRAM are not in the plan (this node has no
    CAT/MBA, and a few-MB service does not notice a memory limit), its resident memory is its data set.
 5. **Write.** `configs/apps/NAME.yaml` and `configs/node/NAME.yaml` (the platform it was measured
@@ -499,7 +502,8 @@ def base_platform(
 
 def linux_base_slice_ms(cpus: float) -> float:
     """Linux's default scheduler slice on `cpus` CPUs: 0.75 ms x (1 + log2 min(cpus, 8))
-    (`sysctl_sched_base_slice` scaled by SCHED_TUNABLESCALING_LOG). A co-runner resuming from CFS
+    (`sysctl_sched_base_slice` scaled by SCHED_TUNABLESCALING_LOG; before Linux 6.6, CFS's minimum
+    granularity, the same). A co-runner resuming from CFS
     throttling holds a CPU about that long, and a request arriving there meanwhile waits half of it
     on average: the node's `cfs_resume_wait_ms` unless its platform file gives one."""
     return 0.75 * (1 + math.floor(math.log2(max(1, min(int(cpus), 8)))))
