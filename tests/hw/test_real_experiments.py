@@ -25,6 +25,11 @@ are.
 The load generators run under SCHED_FIFO where possible (`hw.sweep.rt_prefix`): on a 2-core machine
 a generator waiting behind the BE job for a CPU would count its own delay as the apps' latency.
 Nothing asserts a latency figure; run with `-s` to see the measured p99s and QoS guarantees.
+
+Two settings of every run, for experiments (the tests' own figures use the defaults):
+`COLOC_REAL_PERIOD_US`, the CFS period of every cgroup's quota (100000, the kernel's; a throttled BE
+job costs the LC apps less under a longer one, README "Bring your own service"), and
+`COLOC_REAL_BE_THREADS`, the BE job's stress-ng threads (2).
 """
 
 from __future__ import annotations
@@ -62,6 +67,24 @@ from hw.sweep import (
 )
 
 CG = Path("/sys/fs/cgroup")
+PERIOD_ENV = "COLOC_REAL_PERIOD_US"  # the CFS period of every run's quotas (module docstring)
+BE_THREADS_ENV = "COLOC_REAL_BE_THREADS"  # the BE job's threads (module docstring)
+
+
+def env_int(name: str, default: int, low: int, high: int) -> int:
+    """A whole number in [low, high] from the environment variable `name`, else `default`."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise ValueError(f"{name}={raw!r}: give a whole number in [{low}, {high}]")
+    return value
+
+
 INTERVAL_S = 0.5
 CALIBRATE_S = 8.0
 CALM_TICKS = 16  # the LC apps alone under the controller (8 s)
@@ -251,7 +274,9 @@ def node_config(
         knobs=("core",),
         cgroup_parent=f"coloc_real_{tag}_{os.getpid()}",
         state_path=str(tmp / f"journal-{tag}.jsonl"),
-        cores=CoresConfig(mode="quota", quota_step_cores=0.25),
+        cores=CoresConfig(
+            mode="quota", quota_step_cores=0.25, period_us=env_int(PERIOD_ENV, 100_000, 1_000, 1_000_000)
+        ),
         memory=MemoryConfig(total_gb=4.0, step_gb=0.25, min_gb=0.25),
         feed=FeedConfig(url=f"file:{services.feed}", stale_intervals=2),
     )
@@ -320,7 +345,7 @@ def run_controller(
             nonlocal be
             records.append(rec)
             if len(records) == CALM_TICKS:
-                be = start_be_in(node)
+                be = start_be_in(node, threads=env_int(BE_THREADS_ENV, 2, 1, 64))
             if spec == "unmanaged" and len(records) == CALM_TICKS + 2:
                 for a in caps.apps:
                     quotas[a.name] = int(
@@ -612,3 +637,16 @@ def test_a_policy_trained_on_the_fitted_profiles_keeps_qos_with_more_be_than_par
     assert wins.count(True) >= majority, (
         f"the policy won {wins.count(True)} of {len(wins)} conclusive attempts"
     )
+
+
+def test_experiment_settings_come_from_the_environment_and_bad_ones_are_refused(monkeypatch):
+    """`COLOC_REAL_PERIOD_US` and `COLOC_REAL_BE_THREADS` (module docstring): unset, the defaults;
+    set, a whole number in range, anything else refused naming the variable."""
+    monkeypatch.delenv(PERIOD_ENV, raising=False)
+    assert env_int(PERIOD_ENV, 100_000, 1_000, 1_000_000) == 100_000
+    monkeypatch.setenv(PERIOD_ENV, "1000000")
+    assert env_int(PERIOD_ENV, 100_000, 1_000, 1_000_000) == 1_000_000
+    for bad in ("0", "2000000", "1e6", "ten"):
+        monkeypatch.setenv(PERIOD_ENV, bad)
+        with pytest.raises(ValueError, match=PERIOD_ENV):
+            env_int(PERIOD_ENV, 100_000, 1_000, 1_000_000)
