@@ -71,6 +71,16 @@ PERIOD_ENV = "COLOC_REAL_PERIOD_US"  # the CFS period of every run's quotas (mod
 BE_THREADS_ENV = "COLOC_REAL_BE_THREADS"  # the BE job's threads (module docstring)
 
 
+def period_us() -> int:
+    """The CFS period of every run's quotas (`COLOC_REAL_PERIOD_US`, default the kernel's 100 ms)."""
+    return env_int(PERIOD_ENV, 100_000, 1_000, 1_000_000)
+
+
+def be_threads() -> int:
+    """The BE job's stress-ng threads (`COLOC_REAL_BE_THREADS`, default 2)."""
+    return env_int(BE_THREADS_ENV, 2, 1, 64)
+
+
 def env_int(name: str, default: int, low: int, high: int) -> int:
     """A whole number in [low, high] from the environment variable `name`, else `default`."""
     raw = os.environ.get(name, "").strip()
@@ -274,9 +284,7 @@ def node_config(
         knobs=("core",),
         cgroup_parent=f"coloc_real_{tag}_{os.getpid()}",
         state_path=str(tmp / f"journal-{tag}.jsonl"),
-        cores=CoresConfig(
-            mode="quota", quota_step_cores=0.25, period_us=env_int(PERIOD_ENV, 100_000, 1_000, 1_000_000)
-        ),
+        cores=CoresConfig(mode="quota", quota_step_cores=0.25, period_us=period_us()),
         memory=MemoryConfig(total_gb=4.0, step_gb=0.25, min_gb=0.25),
         feed=FeedConfig(url=f"file:{services.feed}", stale_intervals=2),
     )
@@ -345,7 +353,7 @@ def run_controller(
             nonlocal be
             records.append(rec)
             if len(records) == CALM_TICKS:
-                be = start_be_in(node, threads=env_int(BE_THREADS_ENV, 2, 1, 64))
+                be = start_be_in(node, threads=be_threads())
             if spec == "unmanaged" and len(records) == CALM_TICKS + 2:
                 for a in caps.apps:
                     quotas[a.name] = int(
@@ -375,7 +383,7 @@ def outcome(runs: dict[str, RunResult], targets: dict[str, float]) -> list[str]:
         assert len(run.records) == CALM_TICKS + BE_TICKS
         assert len(run.after()) >= 0.8 * (BE_TICKS - 1)
     # unmanaged: no isolation, each app may use the whole node; the BE job really ran beside them
-    assert set(unmanaged.unmanaged_quota_us.values()) == {200_000}, unmanaged.unmanaged_quota_us
+    assert set(unmanaged.unmanaged_quota_us.values()) == {2 * period_us()}, unmanaged.unmanaged_quota_us
     assert unmanaged.be_throughput() > 0.1
     return [
         f"PARTIES left {app} at {parties.median(app):.0f} us (target {targets[app]:.0f} us)"
@@ -391,7 +399,7 @@ def comparison(runs: dict[str, RunResult], targets: dict[str, float], attempt: i
     )
     lines = [
         f"attempt {attempt}: real run on {os.uname().nodename} ({os.cpu_count()} CPUs, "
-        f"loadavg {os.getloadavg()[0]:.1f}); stress-ng --cpu 2 starts after {CALM_TICKS * INTERVAL_S:g} s, "
+        f"loadavg {os.getloadavg()[0]:.1f}); stress-ng --cpu {be_threads()} starts after {CALM_TICKS * INTERVAL_S:g} s, "
         f"{BE_TICKS * INTERVAL_S:g} s with it; p99 = median of the 500 ms intervals",
         head,
     ]
@@ -552,8 +560,8 @@ def test_gym_env_steps_on_the_real_node(tmp_path, services):
         env.close()
     print(f"\nColocLinux-v0 on the real node: rewards {[round(r, 2) for r in rewards]}, quotas {quota}")
     # DOWN, DOWN, UP: memcached 1.75 -> 1.5 -> 1.75 cores and the BE job the rest, read from the cgroups
-    assert [quota[t][app] for t in range(3)] == [175_000, 150_000, 175_000]
-    assert [quota[t]["be"] for t in range(3)] == [25_000, 50_000, 25_000]
+    assert [quota[t][app] for t in range(3)] == [round(c * period_us()) for c in (1.75, 1.5, 1.75)]
+    assert [quota[t]["be"] for t in range(3)] == [round(c * period_us()) for c in (0.25, 0.5, 0.25)]
     assert sum(valid) >= 5  # the real feed, fresh on (almost) every step
     assert not (CG / "cpu" / cfg.cgroup_parent).exists()
 
@@ -643,10 +651,10 @@ def test_experiment_settings_come_from_the_environment_and_bad_ones_are_refused(
     """`COLOC_REAL_PERIOD_US` and `COLOC_REAL_BE_THREADS` (module docstring): unset, the defaults;
     set, a whole number in range, anything else refused naming the variable."""
     monkeypatch.delenv(PERIOD_ENV, raising=False)
-    assert env_int(PERIOD_ENV, 100_000, 1_000, 1_000_000) == 100_000
+    assert period_us() == 100_000
     monkeypatch.setenv(PERIOD_ENV, "1000000")
-    assert env_int(PERIOD_ENV, 100_000, 1_000, 1_000_000) == 1_000_000
+    assert period_us() == 1_000_000
     for bad in ("0", "2000000", "1e6", "ten"):
         monkeypatch.setenv(PERIOD_ENV, bad)
         with pytest.raises(ValueError, match=PERIOD_ENV):
-            env_int(PERIOD_ENV, 100_000, 1_000, 1_000_000)
+            period_us()
