@@ -609,6 +609,7 @@ class LinuxNode:
         self._last_obs_mono = now
         usages: dict[str, Usage] = {}
         ok: dict[str, bool] = {}
+        cpu_cores: dict[str, float] = {}  # CPU time per second of the interval, unclipped
         node_mbw = 0.0
         have_mbw = False
         for name, t in self._targets.items():
@@ -619,6 +620,9 @@ class LinuxNode:
             a = alloc[name]
             usage, valid = self._usage(t, a, u0, u1, dt, net1 - net0, mbm1 - mbm0)
             usages[name], ok[name] = usage, valid
+            cpu_cores[name] = (
+                (u1.cpu_usage_s - u0.cpu_usage_s) / dt if u0 is not None and u1 is not None else math.nan
+            )
             if math.isfinite(usage.mem_bw_gbps):
                 node_mbw += usage.mem_bw_gbps
                 have_mbw = True
@@ -655,11 +659,12 @@ class LinuxNode:
             )
         bes = []
         for spec in self._caps.be_apps:
-            u = usages[spec.name]
-            share = (
-                u.cpu_util * alloc[spec.name].cores / self._caps.cores if alloc[spec.name].cores > 0 else 0.0
-            )
-            bes.append(BeSample(spec.name, share if ok[spec.name] else math.nan, u))
+            # its CPU time over the node's, not its clipped utilisation: under a CFS period longer
+            # than the interval a throttled job spends a period's quota in a burst, above its cores
+            used = cpu_cores[spec.name]
+            share = min(1.0, max(0.0, used / self._caps.cores)) if alloc[spec.name].cores > 0 else 0.0
+            valid = ok[spec.name] and (math.isfinite(used) or alloc[spec.name].cores <= 0)
+            bes.append(BeSample(spec.name, share if valid else math.nan, usages[spec.name]))
         return Observation(
             time_s=self._clock.now(),
             interval_s=interval,

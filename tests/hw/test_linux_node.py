@@ -130,6 +130,22 @@ def test_observe_fresh_stale_and_silent_feed(node, v1_host, clock, feed):
     assert obs.allocation == node.current_allocation()
 
 
+def test_be_throughput_is_its_cpu_time_over_the_nodes_even_above_its_cores(node, v1_host, clock):
+    """BE throughput is the CPU time the job got over the node's. Under a CFS period longer than the
+    interval a throttled job spends a period's quota in a burst, above its cores for an interval:
+    its throughput counts all of it, while its utilisation (of its cores) stays at most 1."""
+    caps = node.capabilities()
+    node.reset()
+    node.apply(split(node, lc_cores=caps.cores - 1.0))  # the BE job on one core
+    node.observe()
+    usage = v1_host.cgroup_root / "cpuacct" / "be" / "cpuacct.usage"
+    usage.write_text(str(int(usage.read_text()) + int(0.75e9)))  # 1.5 cores for 0.5 s
+    clock.advance(0.5)
+    be = node.observe().be[0]
+    assert be.throughput == pytest.approx(1.5 / caps.cores)
+    assert be.usage.cpu_util == 1.0
+
+
 def test_a_readings_histogram_and_sub_interval_p99s_enter_one_sample_only(node, clock, feed):
     from env.histogram import LatencyHistogram
 
