@@ -618,11 +618,11 @@ class LinuxNode:
             self._prev[name] = (now, u1, net1, mbm1)
             dt = max(now - t0, 1e-9)
             a = alloc[name]
-            usage, valid = self._usage(t, a, u0, u1, dt, net1 - net0, mbm1 - mbm0)
-            usages[name], ok[name] = usage, valid
             cpu_cores[name] = (
                 (u1.cpu_usage_s - u0.cpu_usage_s) / dt if u0 is not None and u1 is not None else math.nan
             )
+            usage, valid = self._usage(t, a, u0, u1, dt, cpu_cores[name], net1 - net0, mbm1 - mbm0)
+            usages[name], ok[name] = usage, valid
             if math.isfinite(usage.mem_bw_gbps):
                 node_mbw += usage.mem_bw_gbps
                 have_mbw = True
@@ -684,6 +684,7 @@ class LinuxNode:
         u0: CgroupUsage | None,
         u1: CgroupUsage | None,
         dt: float,
+        cpu_cores: float,
         dnet: float,
         dmbm: float,
     ) -> tuple[Usage, bool]:
@@ -703,8 +704,7 @@ class LinuxNode:
         if u0 is None:
             cpu = disk = nan
         else:
-            cores = a.cores if a.cores > 0 else nan
-            cpu = min(1.0, max(0.0, (u1.cpu_usage_s - u0.cpu_usage_s) / dt / cores)) if a.cores > 0 else 0.0
+            cpu = min(1.0, max(0.0, cpu_cores / a.cores)) if a.cores > 0 else 0.0
             disk = (
                 ((u1.io_read_bytes + u1.io_write_bytes) - (u0.io_read_bytes + u0.io_write_bytes)) / dt / 1e6
             )

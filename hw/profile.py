@@ -503,9 +503,9 @@ def base_platform(
 def linux_base_slice_ms(cpus: float) -> float:
     """Linux's default scheduler slice on `cpus` CPUs: 0.75 ms x (1 + log2 min(cpus, 8))
     (`sysctl_sched_base_slice` scaled by SCHED_TUNABLESCALING_LOG; before Linux 6.6, CFS's minimum
-    granularity, the same). A co-runner resuming from CFS
-    throttling holds a CPU about that long, and a request arriving there meanwhile waits half of it
-    on average: the node's `cfs_resume_wait_ms` unless its platform file gives one."""
+    granularity, the same). A co-runner resuming from CFS throttling holds a CPU about that long,
+    and a request arriving there meanwhile waits half of it on average: the node's
+    `cfs_resume_wait_ms` unless its platform file gives one."""
     return 0.75 * (1 + math.floor(math.log2(max(1, min(int(cpus), 8)))))
 
 

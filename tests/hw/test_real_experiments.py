@@ -87,10 +87,10 @@ def env_int(name: str, default: int, low: int, high: int) -> int:
     if not raw:
         return default
     try:
-        value = int(raw)
+        value: int | None = int(raw)
     except ValueError:
-        value = low - 1
-    if not low <= value <= high:
+        value = None
+    if value is None or not low <= value <= high:
         raise ValueError(f"{name}={raw!r}: give a whole number in [{low}, {high}]")
     return value
 
