@@ -11,7 +11,11 @@ Per interval, per node:
 1. **Cores.** Busy threads of the components sharing a core group spread over its cores as Linux
    would: one per physical core, then onto sibling hyperthreads (per-thread speed `smt_speed`),
    then time-sharing (speed shrinks with the oversubscription; a waking thread may find its
-   hyperthread held by another runnable thread and waits `sched_wakeup_delay_ms`). Time-sharing
+   hyperthread held by another runnable thread and waits `sched_wakeup_delay_ms`). An LC app's
+   capacity, and how fast its queue drains while every server is busy, are those of all its threads
+   runnable; a request's own service meets a busy sibling only as often as the threads its offered
+   load keeps busy (Little) outnumber its cores, so at low load on fewer cores than threads it runs
+   at a whole core's speed (PARTIES Sec. 5.3: on Fig. 9's fair share every app has slack). Time-sharing
    goes by runnable thread, unless a workload of the group has CFS shares (`cpu.shares`): then the
    group's hardware threads are split by weighted max-min over its workloads (weight = shares, the
    kernel's 1024 where unset), each capped by its runnable threads. Antagonists
@@ -729,6 +733,21 @@ def _greedy_share(demand, weight, capacity, w, cap_w, scratch, out, m, active):
     return out[w]
 
 
+@njit(cache=True, inline="always")
+def _smt_speed(k, tpc, hk, mine, press, n_other, press_other, smt):
+    """Per-hardware-thread speed of a workload with `mine` runnable threads beside `n_other` others on
+    a group of k cores (hk hardware threads): Linux spreads them one per physical core first, so a
+    thread shares its core with a busy sibling only once more than k run, with probability
+    2 (used - k) / used; the sibling then slows it by (1 - smt) x its pressure."""
+    tot = mine + n_other
+    used = min(hk, tot)
+    p2 = 0.0
+    if tpc >= 2.0 and used > k:
+        p2 = 2.0 * (used - k) / used
+    pbar = (mine * press + press_other) / tot if tot > 0.0 else 0.0  # the sibling's pressure
+    return (1.0 - p2) + p2 * (1.0 - (1.0 - smt) * pbar)
+
+
 @njit(cache=True)
 def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
     """Advance every node one interval; see the module docstring. Arrays:
@@ -737,7 +756,10 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
     out (B, W, NO), nout (B, NNO) and dist (B, W, ND: each LC app's latency distribution) written."""
     nb, nw = prm.shape[0], prm.shape[1]
     busy = np.zeros(nw)
-    speed = np.ones(nw)  # per-hardware-thread speed (SMT)
+    speed = np.ones(nw)  # per-hardware-thread speed (SMT) with every thread runnable (saturation)
+    n_oth = np.zeros(nw)  # runnable threads of the other workloads of a component's core group
+    p_oth = np.zeros(nw)  # ... their summed sibling pressure
+    fsib = np.ones(nw)  # speed factor from antagonists pinned to a component's sibling hyperthreads
     hw = np.zeros(nw)  # hardware threads a workload gets
     hwf = np.zeros(nw)  # ... and what it runs on between CFS throttles (no quota applied)
     pwait = np.zeros(nw)
@@ -772,6 +794,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             p = prm[b, w]
             busy[w] = 0.0
             speed[w] = 1.0
+            fsib[w] = 1.0
+            n_oth[w] = 0.0
+            p_oth[w] = 0.0
             pwait[w] = 0.0
             presume[w] = 0.0
             if p[P_ACTIVE] < 0.5:
@@ -839,12 +864,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             q = alloc[b, w, A_QUOTA]
             if q > 0.0 and p[P_KIND] < 0.5:  # a CFS quota caps the CPU time of its threads
                 hw[w] = min(hw[w], q)
-            used = min(hk, tot)
-            p2 = 0.0  # share of hardware threads with a busy sibling
-            if tpc >= 2.0 and used > k:
-                p2 = 2.0 * (used - k) / used
-            pbar = (dem * p[P_PRESS] + press_other) / tot if tot > 0.0 else 0.0  # sibling's pressure
-            speed[w] = (1.0 - p2) + p2 * (1.0 - (1.0 - p[P_SMT]) * pbar)
+            speed[w] = _smt_speed(k, tpc, hk, dem, p[P_PRESS], n_other, press_other, p[P_SMT])
+            n_oth[w] = n_other
+            p_oth[w] = press_other
             runnable = busy[w] + n_other  # a waking thread may find its hardware thread taken
             if runnable > hk:
                 pwait[w] = min(1.0, (runnable - hk) / hk)
@@ -871,7 +893,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 pwait[t] = 1.0
             elif pa[P_PLACE] > 1.5 and pa[P_PLACE] < 2.5:  # sibling hyperthreads: SMT contention
                 f2 = min(1.0, pa[P_THREADS] / max(prm[b, t, P_THREADS], 1.0))
-                speed[t] *= (1.0 - f2) + f2 * (1.0 - (1.0 - prm[b, t, P_SMT]) * pa[P_PRESS])
+                fs = (1.0 - f2) + f2 * (1.0 - (1.0 - prm[b, t, P_SMT]) * pa[P_PRESS])
+                speed[t] *= fs
+                fsib[t] *= fs
         # ---------------- 2. power and turbo --------------------------------------------------
         dynw = pl[PL_CORE_DYN_W]
         n_act = pl[PL_IRQ_ACTIVE]
@@ -1179,6 +1203,20 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             lam = _offered(arrivals, state, b, w) / dt
             svc = p[P_SREF] * slow[w] / max(speed[w], 1e-6)  # per hardware thread
             cpu_cap = max(hw[w], 1e-9) / svc  # requests/s at saturation
+            # SMT at the offered load: `speed` holds every thread runnable (saturation), which sets
+            # the capacity and how fast a queue drains while every server is busy; a request's own
+            # service runs beside a busy sibling only as often as the threads serving the offered
+            # load (lam x service time, Little) outnumber the cores (`_smt_speed`), so at low load
+            # on fewer cores than threads it runs at a whole core's speed.
+            svc_lo = svc
+            k_c = alloc[b, w, A_CORES]
+            if tpc >= 2.0 and k_c > 0.0 and speed[w] < 1.0:
+                for _fp in range(2):  # fixed point: the busy threads follow the service time
+                    b_lo = min(nthr, min(lam, cpu_cap) * svc_lo)
+                    sp = fsib[w] * _smt_speed(
+                        k_c, tpc, tpc * k_c, b_lo, p[P_PRESS], n_oth[w], p_oth[w], p[P_SMT]
+                    )
+                    svc_lo = p[P_SREF] * slow[w] / max(sp, speed[w], 1e-6)
             # CFS bandwidth control: a quota below what the app would otherwise run on does not slow
             # its requests down; its threads run at full speed on hwf[w] hardware threads until the
             # period's quota is used (less what stays stranded in the other CPUs' runtime slices),
@@ -1273,6 +1311,10 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             # exponential remainder of mean (1 - det)/mu (det = 0: exponential, M/M/1 exact),
             # then the Erlang-C wait in front of it
             det = min(p[P_DET], 0.99)
+            # a request's own service at the offered load's SMT speed, except the share of it spent
+            # time-sharing beyond the hardware threads (then every one of them is busy)
+            own = 1.0 if io_cap < cpu_cap else min(1.0, mu * base / run_cap)
+            mu_s = mu * (1.0 + (svc / svc_lo - 1.0) * own)
             # Uneven workers (per_thread, `P_IMBAL` > 1): connections are not spread evenly over the
             # worker processes, so the busiest takes imbal/nthr of the requests (never less than an
             # even share of the servers, at most what one server can serve); its queue and the
@@ -1284,12 +1326,12 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 w_h = lam_h / lam_q
                 lam_r = (lam_q - lam_h) / (servers - 1.0)
                 stretch = 2.0 / (1.0 + p[P_CV2])
-                nt = _service_wait(coef, rt, 0, w_h, mu / (1.0 - det), lam_h / mu, (mu - lam_h) * stretch)
+                nt = _service_wait(coef, rt, 0, w_h, mu_s / (1.0 - det), lam_h / mu, (mu - lam_h) * stretch)
                 nt = _service_wait(
-                    coef, rt, nt, 1.0 - w_h, mu / (1.0 - det), lam_r / mu, (mu - lam_r) * stretch
+                    coef, rt, nt, 1.0 - w_h, mu_s / (1.0 - det), lam_r / mu, (mu - lam_r) * stretch
                 )
             else:
-                nt = _service_wait(coef, rt, 0, 1.0, mu / (1.0 - det), cw, theta)
+                nt = _service_wait(coef, rt, 0, 1.0, mu_s / (1.0 - det), cw, theta)
             nt = _convolve(coef, rt, nt, q_io, r_io)
             nt = _convolve(coef, rt, nt, pwait[w], 1.0 / pl[PL_SCHED_S])
             if presume[w] > 0.0:
@@ -1323,7 +1365,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             if fb <= 0.0 and hs > hw[w]:  # no backlog to wait behind: the quota's throttling
                 fb, wa, wb = _cfs_throttle(lam_q * svc, q_use, hs, pl[PL_CFS_PERIOD_S], svc, p[P_CV2])
             state[b, w, S_Q] = q1
-            shift = p[P_BASE_S] + p[P_HOLD_S] + congest + det / mu
+            shift = p[P_BASE_S] + p[P_HOLD_S] + congest + det / mu_s
             d = dist[b, w]
             d[D_N] = nt
             for j in range(nt):
@@ -1348,7 +1390,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             served = max(0.0, (arrivals[b, w] + q0 - q1 - dropped) / dt)
             o[O_SERVED] = served
             o[O_DROPPED] = dropped / dt
-            busy_next = nthr if q1 > 0.0 else min(nthr, served * svc)  # runnable threads
+            busy_next = nthr if q1 > 0.0 else min(nthr, served * svc_lo)  # runnable threads
             state[b, w, S_BUSY] = busy_next
             o[O_UTIL] = min(1.0, busy_next / kc) if kc > 0.0 else 0.0
             mbw_w = served * p[P_DRAM] * miss[w] / mref

@@ -111,12 +111,6 @@ def test_one_core_misses_at_30_percent_load(app):
     assert not C._fig2_meets(app, 0.3, 1, C.FIG2_TOP_WAYS, None, seed=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Moses' p99 at the fair start is 0.88 of its target (median interval; 28% of the intervals "
-    "have slack > 0.2): below the knee its p99 is its service time's tail, and a refit weighing the "
-    "fact reaches 0.82 (0.81 at ten times the weight, its knee leaving 60-80% of the max RPS)",
-)
 def test_fig9_apps_start_with_a_large_slack():
     """Sec. 5.3 / Fig. 9: on PARTIES' fair start (memcached 10%, xapian 20%, moses 10% and the BE
     job) "PARTIES detects a large slack in the tail latency of all services ... and decreases their

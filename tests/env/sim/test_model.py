@@ -375,6 +375,27 @@ def test_unpartitioned_cores_share_and_slow_everyone_down():
     assert np.median(ps) > 2 * np.median(pf)
 
 
+def test_a_request_pays_smt_only_as_often_as_its_sibling_hyperthread_is_busy():
+    """Moses' 8 threads on 4 cores would fill both hyperthreads of every core, and do at saturation:
+    its capacity is the SMT one, about half the whole node's. At 10% load about one thread is busy
+    and Linux runs it alone on a core, so on PARTIES' fair share for Fig. 9 (6 ways, nominal
+    frequency) its requests are served as fast as on all 14 cores (Sec. 5.3: at that start every app
+    has more slack than the downsize threshold); at 70% the siblings are busy and 4 cores are slower."""
+    setups = [
+        Setup(
+            simple_scenario({"moses": 0.1}, be=()),
+            pinned({"moses": k}, ways={"moses": 6}, freq_mhz={"moses": 2200}),
+        )
+        for k in (4, 14)
+    ]
+    out, _, _ = analytic_outputs(setups, np.array([0.1, 0.7]))
+    p99 = out[:, :, 0, M.O_P99]
+    cap = out[:, :, 0, M.O_CAP]
+    assert p99[0, 0] < 1.01 * p99[1, 0]  # 10%: no busy sibling (1.14x before this mechanism)
+    assert p99[0, 1] > 1.3 * p99[1, 1]  # 70%: busy siblings
+    assert 0.45 < cap[0, 0] / cap[1, 0] < 0.55  # saturation: 8 hyperthreads at moses' SMT speed
+
+
 def test_without_hyperthreads_oversubscription_time_shares_without_an_smt_penalty():
     """On a node with one hardware thread per core (the Q-PRM server, Sec. 5.1), BE threads in the
     LC app's cpuset cost it a CPU share, not an SMT slowdown, and the app recovers once the BE job
