@@ -734,18 +734,25 @@ def _greedy_share(demand, weight, capacity, w, cap_w, scratch, out, m, active):
 
 
 @njit(cache=True, inline="always")
+def _sibling_slowdown(p2, smt, press):
+    """Speed factor of a hardware thread whose sibling is busy with probability p2, slowing it by
+    (1 - smt) x the sibling's pressure when it is."""
+    return (1.0 - p2) + p2 * (1.0 - (1.0 - smt) * press)
+
+
+@njit(cache=True, inline="always")
 def _smt_speed(k, tpc, hk, mine, press, n_other, press_other, smt):
     """Per-hardware-thread speed of a workload with `mine` runnable threads beside `n_other` others on
     a group of k cores (hk hardware threads): Linux spreads them one per physical core first, so a
     thread shares its core with a busy sibling only once more than k run, with probability
-    2 (used - k) / used; the sibling then slows it by (1 - smt) x its pressure."""
+    2 (used - k) / used (`_sibling_slowdown`)."""
     tot = mine + n_other
     used = min(hk, tot)
     p2 = 0.0
     if tpc >= 2.0 and used > k:
         p2 = 2.0 * (used - k) / used
     pbar = (mine * press + press_other) / tot if tot > 0.0 else 0.0  # the sibling's pressure
-    return (1.0 - p2) + p2 * (1.0 - (1.0 - smt) * pbar)
+    return _sibling_slowdown(p2, smt, pbar)
 
 
 @njit(cache=True)
@@ -893,7 +900,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 pwait[t] = 1.0
             elif pa[P_PLACE] > 1.5 and pa[P_PLACE] < 2.5:  # sibling hyperthreads: SMT contention
                 f2 = min(1.0, pa[P_THREADS] / max(prm[b, t, P_THREADS], 1.0))
-                fs = (1.0 - f2) + f2 * (1.0 - (1.0 - prm[b, t, P_SMT]) * pa[P_PRESS])
+                fs = _sibling_slowdown(f2, prm[b, t, P_SMT], pa[P_PRESS])
                 speed[t] *= fs
                 fsib[t] *= fs
         # ---------------- 2. power and turbo --------------------------------------------------
