@@ -346,7 +346,8 @@ def test_a_run_keeps_to_its_time_budget_and_returns_a_servable_policy(ray_sessio
 
     log = io.StringIO()
     budget = ["iterations=3", "checkpoint_every=10", "max_train_minutes=0.001", "eval.enabled=false"]
-    config = load_train_config("demo", [*TINY, *budget])
+    short_warm_start = ["warm_start.episodes=8"]  # the demo's 80 take most of a minute here
+    config = load_train_config("demo", [*TINY, *budget, *short_warm_start])
     monkeypatch.chdir(tmp_path)  # a relative --out, as `make demo` gives (RLlib wants absolute paths)
     outcome = train(config, RunOptions(out=Path("demo"), log=log))
     assert outcome.policy == tmp_path / "demo" / "policy.pt"
