@@ -181,12 +181,21 @@ def plan_run(config: TrainConfig, options: RunOptions) -> RunPlan:
     return RunPlan(config, dataclasses.replace(options), res, resume, in_place)
 
 
-def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None]) -> None:
-    """Imitate `warm_start.teacher`, then start RL from that network (agents.rllib.imitation)."""
+def warm_start(
+    algo: Any, config: TrainConfig, log: Callable[[str], None], started: float | None = None
+) -> None:
+    """Imitate `warm_start.teacher`, then start RL from that network (agents.rllib.imitation).
+
+    With a time budget (`max_train_minutes`, counted from `started`, a `time.perf_counter()` time),
+    no DAgger round starts once half of it is spent: the rest is PPO's. On a slow day the first
+    imitation alone can take most of a short budget (`make demo`'s 5 minutes), and the rounds
+    after it would leave PPO none."""
     import torch
 
     warm = config.warm_start
     t0 = time.perf_counter()
+    started = t0 if started is None else started
+    half_budget_s = None if config.max_train_minutes is None else 30.0 * config.max_train_minutes
     log(f"warm start: {warm.teacher} drives {warm.episodes} training episodes ...")
     assert warm.teacher is not None
     make_teacher = factory_of(warm.teacher)
@@ -198,6 +207,14 @@ def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None]) -> No
         net.train()
         stats = pretrain(net, demos, warm, seed=config.seed)
         for r in range(1, warm.dagger_rounds + 1):
+            spent_s = time.perf_counter() - started
+            if half_budget_s is not None and spent_s >= half_budget_s:
+                skipped = f"round {r}" if r == warm.dagger_rounds else f"rounds {r}-{warm.dagger_rounds}"
+                log(
+                    f"warm start: {fmt_duration(spent_s)} of the {config.max_train_minutes:g}-min time budget spent "
+                    f"(half or more): skipping DAgger {skipped}, the rest is PPO's"
+                )
+                break
             log(
                 f"warm start: DAgger round {r}/{warm.dagger_rounds} (accuracy so far {100 * stats.accuracy:.1f}%): "
                 f"the network acts in {100 * warm.dagger_student_frac:.0f}% of the intervals, {warm.teacher} "
@@ -352,7 +369,7 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
             steps_offset = plan.resume.env_steps
             log(f"resumed from {plan.resume.checkpoint} (iteration {first}, {steps_offset:,} env steps)")
         elif config.warm_start.teacher is not None:
-            warm_start(algo, config, log)
+            warm_start(algo, config, log, started=t_setup)
         warm_s = time.perf_counter() - t_setup
         out = options.out
         if out.exists() and options.overwrite and not plan.in_place:
