@@ -181,9 +181,7 @@ def plan_run(config: TrainConfig, options: RunOptions) -> RunPlan:
     return RunPlan(config, dataclasses.replace(options), res, resume, in_place)
 
 
-def warm_start(
-    algo: Any, config: TrainConfig, log: Callable[[str], None], started: float | None = None
-) -> None:
+def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None], started: float) -> None:
     """Imitate `warm_start.teacher`, then start RL from that network (agents.rllib.imitation).
 
     With a time budget (`max_train_minutes`, counted from `started`, a `time.perf_counter()` time),
@@ -194,7 +192,6 @@ def warm_start(
 
     warm = config.warm_start
     t0 = time.perf_counter()
-    started = t0 if started is None else started
     half_budget_s = None if config.max_train_minutes is None else 30.0 * config.max_train_minutes
     log(f"warm start: {warm.teacher} drives {warm.episodes} training episodes ...")
     assert warm.teacher is not None
