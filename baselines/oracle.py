@@ -10,22 +10,22 @@ holds it until the trace's load changes.
 (a) Criterion: the referee's verdict, analytically. A plan is *viable* when P(every LC app meets its
 target) >= `window_meet_prob` and no LC app runs above `max_utilization` of its bottleneck capacity.
 With the window verdict (PARTIES Sec. 5.1, `env.metrics`, the default) an app meets its target when
-at most n - ceil(0.99 n) of the window's n requests are reported over it; that count is
-Binomial(n, q), q the fraction of the window's requests over the target, so P(meet) =
-`engine.meet_probability(q, n)` with n = rate x `measure_s`. q comes from the run the plan faces: one
-interval at the allocation in force when the plan is applied (for a constant-load point the node's
-initial state, PARTIES' fair allocation), then the plan, every app's arrivals at their mean,
-averaged over the `measure_s` window after `warmup_s`. An interval's requests over the target are
-its dropped ones plus P(latency > the referee's threshold) of the others, the threshold being the
-edge of the first histogram bucket reported above the target (`reported_threshold_s`, up to 0.4%
-below it: at Memcached's 600 us that is 2.6% more requests over). Sampled runs of fixed allocations
-give the same q (the sampled queues follow the offered rate): the margin is in the probability, and
-the utilisation cap keeps plans off saturation, where the sampled backlog wanders. Starting from the
-fair allocation matters: memory grows only at the page-fault rate, so an app given more memory than
-it has cached pays the faults of a cold page cache for the whole window (MongoDB, PARTIES Fig. 3).
-On a warm start (`Scenario.page_cache`, model step 4) the pages the apps cached before the manager
-took over stay outside their limits, so what a plan's limits can take from an app is only what it
-faults in since.
+at most n - quantile_rank(0.99, n) of the window's n requests are reported over it (the p99's rank,
+env.histogram); that count is Binomial(n, q), q the fraction of the window's requests over the
+target, so P(meet) = `engine.meet_probability(q, n)` with n = rate x `measure_s`. q comes from the
+run the plan faces: one interval at the allocation in force when the plan is applied (for a
+constant-load point the node's initial state, PARTIES' fair allocation), then the plan, every app's
+arrivals at their mean, averaged over the `measure_s` window after `warmup_s`. An interval's
+requests over the target are its dropped ones plus P(latency > the referee's threshold) of the
+others, the threshold being the edge of the first histogram bucket reported above the target
+(`reported_threshold_s`, up to 0.4% below it: at Memcached's 600 us that is 2.6% more requests
+over). Sampled runs of fixed allocations give the same q (the sampled queues follow the offered
+rate): the margin is in the probability, and the utilisation cap keeps plans off saturation, where
+the sampled backlog wanders. Starting from the fair allocation matters: memory grows only at the
+page-fault rate, so an app given more memory than it has cached pays the faults of a cold page cache
+for the whole window (MongoDB, PARTIES Fig. 3). On a warm start (`Scenario.page_cache`, model step
+4) the pages the apps cached before the manager took over stay outside their limits, so what a
+plan's limits can take from an app is only what it faults in since.
 With `verdict: intervals` (the stricter rule of DESIGN sec. 5) P(meet) is that of one interval's p99
 at the window's end and the threshold `interval_meet_prob`.
 

@@ -16,10 +16,17 @@ buckets of width 2^(k-7). Bucket index of x: with b = bit_length(x | 255) - 8,
 top bucket and counted in `overflow`.
 
 A quantile is reported at the middle of its bucket ("median equivalent value"), so its relative
-error is at most 2^-8 (0.39%) for values of at least 256 ns (exact below). Quantiles use the
-inverted-CDF definition: the q-quantile of N values is the value of rank ceil(q N) (numpy's
-`method="inverted_cdf"`). `count_above_us(x)` counts the values whose reported value exceeds x,
-consistently: `quantile_us(q) > x` exactly when more than N - ceil(q N) values are above x.
+error is at most 2^-8 (0.39%) for values of at least 256 ns (exact below). The q-quantile of N
+values is the value of rank floor(q N + 1/2) (at least 1; `quantile_rank`), the rank the papers'
+load generators report (PARTIES Sec. 3.2 names them): wrk2's HdrHistogram (C; also the `hdrh`
+package) takes `count_at_percentile = (int64_t)(q N + 0.5)`, and Tailbench's latency script
+(`utilities/parselats.py`, `scipy.stats.scoreatpercentile`) interpolates at the 0-based position
+q (N - 1), i.e. between ranks around q N + 0.01, which round to the same rank unless q N lies within
+0.01 below a half. For N <= 50 the p99 is the largest value; for 51 <= N <= 100 the second largest
+(a ceil(q N) rank would take the largest up to N = 100, so a window of Sphinx's ~84 requests at 10%
+load would be judged by its slowest one); for large N the rules agree to within one rank.
+`count_above_us(x)` counts the values whose reported value exceeds x, consistently:
+`quantile_us(q) > x` exactly when more than N - quantile_rank(q, N) values are above x.
 
 `LatencyHistogram` is a frozen value (counts of a contiguous run of buckets from `offset`);
 `HistogramRecorder` is the mutable recorder a load generator writes per request. An empty
@@ -89,6 +96,13 @@ def bucket_width_ns(index: np.ndarray | int) -> np.ndarray:
 def bucket_mid_ns(index: np.ndarray | int) -> np.ndarray:
     """The value a bucket is reported at: the middle of its integer range (ns, float)."""
     return bucket_lower_ns(index) + (bucket_width_ns(index) - 1) / 2.0
+
+
+def quantile_rank(q: float | np.ndarray, n: float | np.ndarray) -> np.ndarray:
+    """The rank (1-based) of the q-quantile of n values: floor(q n + 1/2), at least 1 and at most
+    n (module docstring). Vectorised over `q` and `n`; for n < 1, 1."""
+    n_arr = np.asarray(n, dtype=float)
+    return np.clip(np.floor(np.asarray(q, dtype=float) * n_arr + 0.5), 1.0, np.maximum(n_arr, 1.0))
 
 
 @dataclass(frozen=True)
@@ -214,7 +228,7 @@ class LatencyHistogram:
         n = self.count
         if n == 0:
             raise NoDataError("the histogram holds no values: there is no latency to report")
-        rank = np.maximum(1, np.ceil(q * n - 1e-9)).astype(np.int64)
+        rank = quantile_rank(q, n).astype(np.int64)
         k = np.searchsorted(np.cumsum(self.counts), rank, side="left")
         mid = bucket_mid_ns(self.offset + k)
         return np.clip(mid, self.min_ns, self.max_ns) / NS_PER_US

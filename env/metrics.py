@@ -68,7 +68,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from env.histogram import LatencyHistogram, merge
+from env.histogram import LatencyHistogram, merge, quantile_rank
 from env.loop import AppTick, TickRecord
 
 WARMUP_S = 30.0  # PARTIES Sec. 5.1
@@ -382,10 +382,11 @@ def failed_early(
     return any([stop(r) for r in records])
 
 
-def _allowed_over(n: float) -> float:
-    """Requests of n that may lie above the target with the p99 still meeting it: n - ceil(0.99 n)
-    (the p99 is the value of rank ceil(0.99 n), env.histogram)."""
-    return n - math.ceil(TAIL_Q * n - 1e-9)
+def allowed_over(n: float) -> float:
+    """Requests of n (whole: the floor of a bound) that may lie above the target with the p99 still
+    meeting it: n - quantile_rank(0.99, n) (the p99 is the value of that rank, env.histogram)."""
+    whole = math.floor(n)
+    return max(whole - float(quantile_rank(TAIL_Q, whole)), 0.0)
 
 
 def unsustained_stop(
@@ -432,7 +433,7 @@ def unsustained_stop(
             over[a.name] = over.get(a.name, 0) + a.histogram.count_above_us(a.target_us)
             m = max(a.load_rps, 0.0) * left_s if math.isfinite(a.load_rps) else math.inf
             bound = seen[a.name] + m + 6.0 * math.sqrt(m) + 10.0
-            if math.isfinite(bound) and over[a.name] > _allowed_over(bound):
+            if math.isfinite(bound) and over[a.name] > allowed_over(bound):
                 return True
         return False
 

@@ -54,6 +54,7 @@ from typing import Literal, Protocol
 import numpy as np
 from scipy.special import betaincinv
 
+from env.histogram import quantile_rank
 from env.metrics import MEASURE_S, TAIL_Q
 from env.types import Capabilities, Observation
 
@@ -132,10 +133,10 @@ def as_reward_fn(fn: Callable[..., RewardTerms]) -> RewardFn:
 
 def window_budget(requests: np.ndarray | Sequence[float] | float, confidence: float) -> np.ndarray:
     """The largest share of requests over the target at which the p99 of a window of `requests`
-    requests (order statistic k = ceil(0.99 n)) meets the target with probability `confidence`:
-    P(Beta(k, n - k + 1) <= 1 - share) = confidence (module docstring)."""
+    requests (order statistic k = quantile_rank(0.99, n), env.histogram) meets the target with
+    probability `confidence`: P(Beta(k, n - k + 1) <= 1 - share) = confidence (module docstring)."""
     n = np.maximum(np.asarray(requests, dtype=float), 1.0)
-    k = np.ceil(TAIL_Q * n)
+    k = quantile_rank(TAIL_Q, n)
     return 1.0 - betaincinv(k, n - k + 1.0, confidence)
 
 

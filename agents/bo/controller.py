@@ -126,7 +126,7 @@ from agents.bo.space import AllocationSpace, Candidates
 from env.config import ConfigError
 from env.controller import BaseController, ControllerContext
 from env.histogram import LatencyHistogram, merge
-from env.metrics import TAIL_Q
+from env.metrics import TAIL_Q, allowed_over
 from env.moves import adjust_network
 from env.types import (
     Allocation,
@@ -460,8 +460,9 @@ class BoController(BaseController):
 
     def _verdict_known(self, window: _Window) -> bool:
         """`abort_on_miss`: the sample misses QoS whatever its remaining intervals bring. Window
-        verdict: some app already has more requests over its target than 1% of the requests the
-        whole `measure_s` will see at its rate so far; intervals verdict: the last interval missed."""
+        verdict: some app already has more requests over its target than a p99 allows of the
+        requests the whole `measure_s` will see at its rate so far (`env.metrics.allowed_over`);
+        intervals verdict: the last interval missed."""
         if not window.ratios:
             return False
         merged = window.merged() if self.cfg.sample_verdict == "window" else None
@@ -469,7 +470,7 @@ class BoController(BaseController):
             return min(window.ratios[-1]) < self.cfg.qos_margin_log
         scale = max(self.cfg.measure_s / window.seconds, 1.0)
         return any(
-            h.count_above_us(t) > math.floor((1 - TAIL_Q) * h.count * scale + 1e-9)
+            h.count_above_us(t) > allowed_over(h.count * scale)
             for h, t in zip(merged, window.targets_us, strict=True)
         )
 

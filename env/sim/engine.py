@@ -20,7 +20,14 @@ from functools import cache
 import numpy as np
 from scipy.special import betainc
 
-from env.histogram import N_BUCKETS, LatencyHistogram, bucket_lower_ns, bucket_mid_ns, bucket_width_ns
+from env.histogram import (
+    N_BUCKETS,
+    LatencyHistogram,
+    bucket_lower_ns,
+    bucket_mid_ns,
+    bucket_width_ns,
+    quantile_rank,
+)
 from env.sim import model as M
 from env.sim.platform import Platform, load_platform
 from env.sim.profiles import BatchProfile, LcProfile, ThreadClass, load_profile
@@ -375,9 +382,10 @@ def _fill(r: np.ndarray, a: AppAlloc) -> None:
 # ---- derived constants --------------------------------------------------------------------------
 def meet_probability(tail_at_target: np.ndarray | float, n_requests: np.ndarray | float) -> np.ndarray:
     """P(an interval's measured p99 <= target) given P(latency > target) and n requests: the
-    order statistic k = ceil(0.99 n) of n draws is <= target iff Beta(k, n-k+1) <= F(target)."""
+    order statistic k = quantile_rank(0.99, n) of n draws (env.histogram) is <= target iff
+    Beta(k, n-k+1) <= F(target)."""
     n = np.maximum(np.asarray(n_requests, dtype=float), 1.0)
-    k = np.ceil(P99 * n)
+    k = quantile_rank(P99, n)
     f = np.clip(1.0 - np.asarray(tail_at_target, dtype=float), 0.0, 1.0)
     return betainc(k, n - k + 1.0, f)
 
@@ -530,7 +538,7 @@ class SimBatch:
 def _draw(rng: np.random.Generator, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Arrival counts ~ Poisson(mean) and, for each, the CDF value of its p99 order statistic."""
     n = rng.poisson(mean).astype(float)
-    k = np.ceil(P99 * n)
+    k = quantile_rank(P99, n)
     return n, rng.beta(np.maximum(k, 1.0), np.maximum(n - k + 1.0, 1.0))
 
 
@@ -578,7 +586,7 @@ def sub_interval_p99s(
     them; NaN for a sub-interval without a request.
 
     The requests fall into the sub-intervals uniformly (one multinomial draw) and each sub-interval's
-    p99 is the order statistic k = ceil(0.99 n_j) of its n_j requests drawn from the interval's
+    p99 is the order statistic k = quantile_rank(0.99, n_j) of its n_j requests drawn from the interval's
     latency distribution (`dist` row `d`, model D_*): its CDF value U ~ Beta(k, n_j - k + 1) inverted
     by `model.dist_quantile`, as the kernel draws the interval's own p99. When more than 1% of the
     interval's requests time out (the kernel's rule for the interval p99) every sub-interval reports
@@ -588,7 +596,7 @@ def sub_interval_p99s(
         return ()
     n = max(int(n_requests), 0)
     counts = rng.multinomial(n, np.full(n_sub, 1.0 / n_sub))
-    k = np.ceil(P99 * counts)
+    k = quantile_rank(P99, counts)
     u = rng.beta(np.maximum(k, 1.0), np.maximum(counts - k + 1.0, 1.0))
     if d[M.D_N] < 0.5:
         return (math.nan,) * n_sub

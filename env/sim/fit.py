@@ -51,6 +51,7 @@ from scipy.optimize import differential_evolution
 from scipy.special import betaincinv
 
 from env.config import CONFIGS, ConfigError, load_yaml
+from env.histogram import quantile_rank
 from env.sim import engine
 from env.sim import model as M
 from env.sim.experiments import (
@@ -503,10 +504,10 @@ def _point_alloc(platform: Platform, quota_cores: float) -> np.ndarray:
 
 
 def median_p99_point(requests: float) -> float:
-    """The median of the CDF value of the p99 order statistic of `requests` samples (k = ceil(0.99 n)
-    of n: Beta(k, n - k + 1)): the quantile the median interval p99 sits at."""
+    """The median of the CDF value of the p99 order statistic of `requests` samples (k =
+    quantile_rank(0.99, n) of n: Beta(k, n - k + 1)): the quantile the median interval p99 sits at."""
     n = max(round(requests), 1)
-    k = math.ceil(0.99 * n)
+    k = int(quantile_rank(0.99, n))
     return float(betaincinv(k, n - k + 1, 0.5))
 
 
