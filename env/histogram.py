@@ -99,10 +99,10 @@ def bucket_mid_ns(index: np.ndarray | int) -> np.ndarray:
 
 
 def quantile_rank(q: float | np.ndarray, n: float | np.ndarray) -> np.ndarray:
-    """The rank (1-based) of the q-quantile of n values: floor(q n + 1/2), at least 1 and at most
-    n (module docstring). Vectorised over `q` and `n`; for n < 1, 1."""
-    n_arr = np.asarray(n, dtype=float)
-    return np.clip(np.floor(np.asarray(q, dtype=float) * n_arr + 0.5), 1.0, np.maximum(n_arr, 1.0))
+    """The rank (1-based) of the q-quantile (0 <= q <= 1) of n values: floor(q n + 1/2), which is at
+    most n, and at least 1 (module docstring). Vectorised over `q` and `n`; for n < 1, 1. On the
+    simulator's hot path (every interval's p99 draw), hence no clip."""
+    return np.maximum(np.floor(np.multiply(q, n) + 0.5), 1.0)
 
 
 @dataclass(frozen=True)

@@ -74,8 +74,8 @@ Per interval, per node:
    I/O, scheduling delay and link queueing. A fluid backlog carries overload across intervals
    (requests older than the timeout are dropped), so an overloaded app recovers over several
    intervals. The measured p99 of an interval with n requests is the order statistic
-   k = floor(0.99 n + 1/2) (`env.histogram.quantile_rank`): its CDF value U ~ Beta(k, n - k + 1) is drawn outside and inverted here, so
-   the noise grows as fewer requests are seen. In the M/M/1 limit (one thread, no other
+   k = floor(0.99 n + 1/2) (`env.histogram.quantile_rank`): its CDF value U ~ Beta(k, n - k + 1)
+   is drawn outside and inverted here, so the noise grows as fewer requests are seen. In the M/M/1 limit (one thread, no other
    component) the p99 is exactly Heracles' Eq. (1): ln(100) / (mu - lambda).
    A CFS quota (`A_QUOTA`) that binds is not a slower server: the app runs at full speed until
    the period's quota is used, then waits for the next period (Linux CFS bandwidth control), so
