@@ -538,8 +538,8 @@ class SimBatch:
 def _draw(rng: np.random.Generator, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Arrival counts ~ Poisson(mean) and, for each, the CDF value of its p99 order statistic."""
     n = rng.poisson(mean).astype(float)
-    k = quantile_rank(P99, n)
-    return n, rng.beta(np.maximum(k, 1.0), np.maximum(n - k + 1.0, 1.0))
+    k = quantile_rank(P99, n)  # at least 1
+    return n, rng.beta(k, np.maximum(n - k + 1.0, 1.0))
 
 
 # ---- an interval's latency histogram ------------------------------------------------------------
@@ -596,8 +596,8 @@ def sub_interval_p99s(
         return ()
     n = max(int(n_requests), 0)
     counts = rng.multinomial(n, np.full(n_sub, 1.0 / n_sub))
-    k = quantile_rank(P99, counts)
-    u = rng.beta(np.maximum(k, 1.0), np.maximum(counts - k + 1.0, 1.0))
+    k = quantile_rank(P99, counts)  # at least 1
+    u = rng.beta(k, np.maximum(counts - k + 1.0, 1.0))
     if d[M.D_N] < 0.5:
         return (math.nan,) * n_sub
     timed_out = n > 0 and d[M.D_DROPPED] > 0.01 * n

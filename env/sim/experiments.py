@@ -8,7 +8,8 @@ warm-up) is within the target. A set-up can be evaluated
 * *sampled*: run on a `SimNode` (Poisson arrivals, backlog, lags). Over the window, the number of
   requests slower than the target is Binomial(N, p) with p the request-weighted probability of the
   intervals' latency distributions; the window p99 meets the target iff that count is at most
-  N - quantile_rank(0.99, N) (env.histogram). This is what the calibration report uses.
+  N - quantile_rank(0.99, N) (`env.metrics.allowed_over`, the referee's own count). This is what the
+  calibration report uses.
 * *analytic*: the deterministic steady state of the same kernel, many set-ups and loads in one
   batched call, with P(the window p99 meets the target) from the same order statistic
   (`engine.meet_probability`); a load is met when that probability is >= 1/2. This is what the
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from env.histogram import quantile_rank
+from env.metrics import allowed_over
 from env.sim import model as M
 from env.sim.engine import Layout, alloc_rows, build_layout, component_rows, meet_probability, platform_row
 from env.sim.node import SimNode
@@ -402,7 +403,7 @@ def sampled_window_meet(setup: Setup, seed: int) -> bool:
             continue
         p = min(1.0, run["expected_slow"][app] / n)
         slow = rng.binomial(int(n), p)
-        if slow > int(n) - int(quantile_rank(0.99, int(n))):
+        if slow > allowed_over(n):
             return False
     return True
 
