@@ -271,6 +271,18 @@ def _miss(x, kappa, alpha, foot, mmin, stream):
     return mmin + (1.0 - mmin) * (1.0 + x / kappa) ** (-alpha)
 
 
+@njit(cache=True, inline="always")
+def _dram_per_ref(p, m):
+    """DRAM traffic at miss ratio `m` over the traffic at the reference allocation, m / m_ref, at
+    most one line per LLC access: the profile's DRAM bytes and LLC accesses per request say what
+    share of the accesses miss at the reference (dram / 64 B / accesses), and a request cannot
+    miss more accesses than it makes (a streamed batch class reads a line per access already)."""
+    rel = m / max(p[P_LLC_MREF], 1e-6)
+    if p[P_DRAM] > 0.0 and p[P_LLC_APU] > 0.0:
+        rel = min(rel, p[P_LLC_APU] * LINE_MB * 1e-3 / p[P_DRAM])
+    return rel
+
+
 @njit(cache=True)
 def _working_set(p, rate, t, cap, stream_w):
     """MB of distinct lines a component touched in the last `t` seconds (Che's approximation).
@@ -1084,8 +1096,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 p = prm[b, w]
                 if p[P_ACTIVE] < 0.5:
                     continue
-                mref = max(p[P_LLC_MREF], 1e-6)
-                traffic += rate[w] * p[P_DRAM] * miss[w] / mref
+                traffic += rate[w] * p[P_DRAM] * _dram_per_ref(p, miss[w])
                 llc_bw += rate[w] * p[P_LLC_APU] * LINE_MB / 1000.0
             memu = min(traffic / pl[PL_MEM_BW], 0.97)
             llcu = min(llc_bw / pl[PL_LLC_BW], 0.95)
@@ -1097,9 +1108,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                     continue
                 mba = _mba_latency(pl[PL_MBA_DELAY], alloc[b, w, A_MBA])
                 fcore = 1.0 - p[P_FLLC] - p[P_FMEM]
-                mref = max(p[P_LLC_MREF], 1e-6)
                 slow[w] = (
-                    fcore * fnom / freq[w] + (p[P_FLLC] * lllc + p[P_FMEM] * (miss[w] / mref) * lmem) * mba
+                    fcore * fnom / freq[w]
+                    + (p[P_FLLC] * lllc + p[P_FMEM] * _dram_per_ref(p, miss[w]) * lmem) * mba
                 )
                 if alloc[b, w, A_MOVED] > 0.5:
                     slow[w] *= 1.0 + pl[PL_MIG_PEN]
@@ -1178,8 +1189,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             if p[P_ACTIVE] < 0.5:
                 o[O_P99] = math.nan
                 continue
-            mref = max(p[P_LLC_MREF], 1e-6)
-            mbw_w = rate[w] * p[P_DRAM] * miss[w] / mref
+            mbw_w = rate[w] * p[P_DRAM] * _dram_per_ref(p, miss[w])
             o[O_LLC] = state[b, w, S_OCC]
             o[O_MEM] = state[b, w, S_RES]
             o[O_FREQ] = freq[w]
@@ -1400,7 +1410,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             busy_next = nthr if q1 > 0.0 else min(nthr, served * svc_lo)  # runnable threads
             state[b, w, S_BUSY] = busy_next
             o[O_UTIL] = min(1.0, busy_next / kc) if kc > 0.0 else 0.0
-            mbw_w = served * p[P_DRAM] * miss[w] / mref
+            mbw_w = served * p[P_DRAM] * _dram_per_ref(p, miss[w])
             o[O_MBW] = mbw_w
             tot_mbw += mbw_w
             state[b, w, S_RATE] = served

@@ -694,3 +694,30 @@ def test_mba_delays_every_off_core_access_linearly_in_the_throttle():
         s100, _, s20 = stretch("nginx")
     delay = load_platform("coco").mba.delay
     assert s20 > s100 * (1.0 + 0.5 * delay * 0.8 * 0.9)  # the LLC half of its time, throttled to 20%
+
+
+def test_a_request_reads_at_most_one_dram_line_per_llc_access():
+    """Squeezed to one LLC way, Sphinx's fitted miss curve misses 40x more often than at the whole
+    LLC, but its profile has 17% of its LLC accesses missing there (3.1 GB/s of DRAM at 14 rps,
+    PARTIES Table 2, over its LLC accesses): a request cannot read more lines from DRAM than it
+    accesses, so its DRAM traffic and the DRAM part of its service time grow at most 1 / 0.17 times.
+    On the whole LLC the bound does not bind and nothing changes."""
+    prof = load_profile("sphinx")
+    lines_per_req = prof.llc_accesses_per_req
+    at_ref = prof.dram_bytes_per_req / 64.0 / lines_per_req
+    ways_per_mb = 20 / load_platform("parties").llc.mb
+
+    def run(ways: int) -> np.ndarray:
+        s = Setup(simple_scenario({"sphinx": 0.3}, be=()), pinned({"sphinx": 8}, ways={"sphinx": ways}))
+        out, _, _ = analytic_outputs([s], np.array([0.3]))
+        return out[0, 0, 0]
+
+    full, one = run(20), run(1)
+    assert one[M.O_LLC] * ways_per_mb <= 1.0 + 1e-6 < full[M.O_LLC] * ways_per_mb
+    curve = lambda x: M._miss(x, prof.llc_kappa_mb, prof.llc_alpha, 1e9, prof.llc_miss_min, 0.0)  # noqa: E731
+    assert curve(one[M.O_LLC]) / curve(full[M.O_LLC]) > 2.0 / at_ref  # the curve alone would exceed it
+    per_req = lambda o: o[M.O_MBW] * 1e9 / o[M.O_SERVED] / 64.0  # noqa: E731  DRAM lines a request reads
+    assert per_req(one) == pytest.approx(lines_per_req, rel=0.02)
+    assert per_req(full) == pytest.approx(at_ref * lines_per_req, rel=0.02)
+    fcore = 1.0 - prof.frac_llc - prof.frac_mem
+    assert one[M.O_SLOW] <= (fcore + prof.frac_llc + prof.frac_mem / at_ref) * 1.3  # uncore queueing aside
