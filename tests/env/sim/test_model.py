@@ -202,6 +202,7 @@ def test_a_clos_migration_flushes_the_app_and_the_refill_costs_misses():
     slow_toucher = dataclasses.replace(  # a cache-sensitive app that touches the LLC slowly
         load_profile("moses"),
         llc_accesses_per_req=200.0,
+        dram_bytes_per_req=200.0 * 64 * 0.05,  # 5% of its accesses miss at the reference
         llc_kappa_mb=2.0,
         llc_alpha=1.0,
         llc_miss_min=0.02,
