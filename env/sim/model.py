@@ -271,16 +271,16 @@ def _miss(x, kappa, alpha, foot, mmin, stream):
     return mmin + (1.0 - mmin) * (1.0 + x / kappa) ** (-alpha)
 
 
-@njit(cache=True, inline="always")
-def _dram_per_ref(p, m):
-    """DRAM traffic at miss ratio `m` over the traffic at the reference allocation, m / m_ref, at
-    most one line per LLC access: the profile's DRAM bytes and LLC accesses per request say what
-    share of the accesses miss at the reference (dram / 64 B / accesses), and a request cannot
-    miss more accesses than it makes (a streamed batch class reads a line per access already)."""
-    rel = m / max(p[P_LLC_MREF], 1e-6)
+@njit(cache=True)
+def _dram_miss(p, m):
+    """The miss ratio `m` as DRAM sees it, at most one line per LLC access: DRAM traffic scales as
+    m / m_ref from the profile's bytes per request at the reference, where dram / 64 B / accesses of
+    the accesses miss, so m can rise at most 1 / that share above m_ref whatever the fitted curve
+    says (a request cannot read more lines from DRAM than it accesses; a streamed batch class,
+    which reads a line per access, is at its bound already)."""
     if p[P_DRAM] > 0.0 and p[P_LLC_APU] > 0.0:
-        rel = min(rel, p[P_LLC_APU] * LINE_MB * 1e-3 / p[P_DRAM])
-    return rel
+        return min(m, p[P_LLC_MREF] * p[P_LLC_APU] * LINE_MB * 1e-3 / p[P_DRAM])
+    return m
 
 
 @njit(cache=True)
@@ -1030,9 +1030,10 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             x0 = state[b, w, S_OCC]
             if state[b, w, S_INIT] < 0.5 or occ_t[w] <= x0:
                 state[b, w, S_OCC] = occ_t[w]  # shrinking: the other owners take the lines at once
-                miss[w] = _miss(
+                m1 = _miss(
                     occ_t[w], p[P_LLC_KAPPA], p[P_LLC_ALPHA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM]
                 )
+                miss[w] = _dram_miss(p, m1)
                 continue
             # growing (a CAT increase, or a refill after a CLOS migration flushed the lines): the
             # app fills at its miss rate, and this interval pays the misses of the refill
@@ -1043,7 +1044,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             x1 = occ_t[w] if tau <= dt else x0 + fill_rate * dt
             m1 = _miss(x1, p[P_LLC_KAPPA], p[P_LLC_ALPHA], p[P_LLC_FOOT], p[P_LLC_MMIN], p[P_LLC_STREAM])
             f = min(tau, dt) / dt
-            miss[w] = f * 0.5 * (m0 + m1) + (1.0 - f) * m1
+            miss[w] = _dram_miss(p, f * 0.5 * (m0 + m1) + (1.0 - f) * m1)
             state[b, w, S_OCC] = x1
         # ---------------- 4. memory capacity ---------------------------------------------------
         # A warm start: before the first interval the apps ran unmanaged (no limits, the node's
@@ -1096,7 +1097,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                 p = prm[b, w]
                 if p[P_ACTIVE] < 0.5:
                     continue
-                traffic += rate[w] * p[P_DRAM] * _dram_per_ref(p, miss[w])
+                mref = max(p[P_LLC_MREF], 1e-6)
+                traffic += rate[w] * p[P_DRAM] * miss[w] / mref
                 llc_bw += rate[w] * p[P_LLC_APU] * LINE_MB / 1000.0
             memu = min(traffic / pl[PL_MEM_BW], 0.97)
             llcu = min(llc_bw / pl[PL_LLC_BW], 0.95)
@@ -1108,9 +1110,9 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
                     continue
                 mba = _mba_latency(pl[PL_MBA_DELAY], alloc[b, w, A_MBA])
                 fcore = 1.0 - p[P_FLLC] - p[P_FMEM]
+                mref = max(p[P_LLC_MREF], 1e-6)
                 slow[w] = (
-                    fcore * fnom / freq[w]
-                    + (p[P_FLLC] * lllc + p[P_FMEM] * _dram_per_ref(p, miss[w]) * lmem) * mba
+                    fcore * fnom / freq[w] + (p[P_FLLC] * lllc + p[P_FMEM] * (miss[w] / mref) * lmem) * mba
                 )
                 if alloc[b, w, A_MOVED] > 0.5:
                     slow[w] *= 1.0 + pl[PL_MIG_PEN]
@@ -1189,7 +1191,8 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             if p[P_ACTIVE] < 0.5:
                 o[O_P99] = math.nan
                 continue
-            mbw_w = rate[w] * p[P_DRAM] * _dram_per_ref(p, miss[w])
+            mref = max(p[P_LLC_MREF], 1e-6)
+            mbw_w = rate[w] * p[P_DRAM] * miss[w] / mref
             o[O_LLC] = state[b, w, S_OCC]
             o[O_MEM] = state[b, w, S_RES]
             o[O_FREQ] = freq[w]
@@ -1410,7 +1413,7 @@ def step_nodes(plat, prm, alloc, state, arrivals, usample, out, nout, dist):
             busy_next = nthr if q1 > 0.0 else min(nthr, served * svc_lo)  # runnable threads
             state[b, w, S_BUSY] = busy_next
             o[O_UTIL] = min(1.0, busy_next / kc) if kc > 0.0 else 0.0
-            mbw_w = served * p[P_DRAM] * _dram_per_ref(p, miss[w])
+            mbw_w = served * p[P_DRAM] * miss[w] / mref
             o[O_MBW] = mbw_w
             tot_mbw += mbw_w
             state[b, w, S_RATE] = served
