@@ -8,7 +8,11 @@
 2. per app a peak load uniform in `[load_min, load_max]` (fraction of its max load) and a trace
    kind uniformly from `trace_kinds`, shaped over the episode (below); when the peaks add up to
    more than `max_total_load` every load is scaled down to that total, so most episodes have an
-   allocation that meets every target (PARTIES' LC EMU tops out near 200-250%, Fig. 7);
+   allocation that meets every target (PARTIES' LC EMU tops out near 200-250%, Fig. 7); with
+   `primary_load` one app of the mix (uniformly) is the *primary*: its peak is drawn from that
+   range instead and left unscaled, and only the others are scaled, to what is left of the total
+   (PARTIES Sec. 5.2.1, Fig. 5-6: an app near its max load beside co-runners at a modest fraction
+   of theirs, e.g. MongoDB at 100% beside five apps at 10%, a mix the total cap alone never draws);
 3. the BE jobs with probability `be_probability` (none otherwise, so the policy also learns a
    node where DOWN moves leave resources idle), and a duration uniform in `duration_s`.
 
@@ -84,6 +88,7 @@ class SamplerConfig:
     load_min: float = 0.05
     load_max: float = 0.9
     max_total_load: float = 2.5
+    primary_load: tuple[float, float] | None = None  # one app's peak from this range, unscaled
     be_jobs: tuple[str, ...] = ("be_parties",)
     be_probability: float = 0.9
     duration_s: tuple[float, float] = (60.0, 180.0)
@@ -114,6 +119,10 @@ class SamplerConfig:
             raise ConfigError(f"{where}: need 0 < load_min <= load_max <= 5")
         if self.max_total_load < self.load_min:
             raise ConfigError(f"{where}.max_total_load must be >= load_min")
+        if self.primary_load is not None:
+            lo, hi = self.primary_load
+            if not (0 < lo <= hi <= 5.0):
+                raise ConfigError(f"{where}.primary_load: need 0 < low <= high <= 5, got {self.primary_load}")
         if not (0.0 <= self.be_probability <= 1.0):
             raise ConfigError(f"{where}.be_probability must be in [0, 1]")
         lo, hi = self.duration_s
@@ -190,15 +199,26 @@ class ScenarioSampler:
         duration = float(rng.uniform(*c.duration_s)) if c.duration_s[1] > c.duration_s[0] else c.duration_s[0]
         duration = round(duration, 1)
         peaks = rng.uniform(c.load_min, c.load_max, size=n)
-        scale = min(1.0, c.max_total_load / float(peaks.sum()))
+        scales = np.full(n, min(1.0, c.max_total_load / float(peaks.sum())))
+        primary = None
+        if c.primary_load is not None:  # drawn only then: a config without it draws what it drew
+            primary = int(rng.integers(n))
+            peaks[primary] = rng.uniform(*c.primary_load)
+            others = float(peaks.sum() - peaks[primary])
+            room = max(c.max_total_load - peaks[primary], c.load_min * (n - 1))
+            scales[:] = min(1.0, room / others) if others > 0.0 else 1.0
+            scales[primary] = 1.0
         apps = []
-        for app, peak in zip(mix, peaks):
+        for app, peak, scale in zip(mix, peaks, scales):
             kind = c.trace_kinds[int(rng.integers(len(c.trace_kinds)))]
-            apps.append(AppEntry(app=app, load=self._trace(kind, float(peak) * scale, duration, scale, rng)))
+            trace = self._trace(kind, float(peak * scale), duration, float(scale), rng)
+            apps.append(AppEntry(app=app, load=trace))
+        scale = float(scales.min())
+        lead = "" if primary is None else f", {mix[primary]} the primary at {peaks[primary]:.3f}"
         be = tuple(c.be_jobs) if rng.random() < c.be_probability else ()
         return Scenario(
             name="sampled:" + "+".join(mix),
-            description=f"sampled {n}-app mix, loads scaled by {scale:.3f}",
+            description=f"sampled {n}-app mix, loads scaled by {scale:.3f}{lead}",
             apps=tuple(apps),
             platform=c.platform,
             be=be,

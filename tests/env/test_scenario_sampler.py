@@ -145,6 +145,36 @@ def test_also_draws_other_nodes_with_their_probability_and_keeps_old_draws_witho
     assert mixed.max_be_components >= plain.max_be_components
 
 
+def test_a_primary_app_runs_near_its_max_load_beside_modest_co_runners():
+    """PARTIES Fig. 5-6's mixes (one app near its max load, the others at a fraction of theirs):
+    one primary per episode, its peak unscaled, the others scaled to what the total cap leaves."""
+    cfg = SamplerConfig(
+        trace_kinds=("constant",), load_max=0.5, max_total_load=1.6, primary_load=(0.8, 1.0), min_apps=2
+    )
+    rng = np.random.default_rng(4)
+    primaries = Counter()
+    six = 0
+    for _ in range(300):
+        s = ScenarioSampler(cfg).sample(rng)
+        loads = np.array([tr.build(np.random.default_rng(0)).values(np.zeros(1))[0] for tr in s.traces])
+        top = int(loads.argmax())
+        primaries[s.apps[top].app] += 1
+        assert 0.8 - 1e-3 <= loads[top] <= 1.0 + 1e-3
+        rest = np.delete(loads, top)
+        assert rest.max() <= 0.5 + 1e-3  # the others from [load_min, load_max], scaled down
+        assert loads.sum() <= max(1.6, loads[top] + cfg.load_min * len(rest)) + 1e-3
+        assert f"{s.apps[top].app} the primary" in s.description
+        six += len(loads) == 6 and rest.max() <= 0.2  # mix6-const's shape: five apps at <= 20%
+    assert set(primaries) == set(SamplerConfig().apps)  # any app can be the primary
+    assert six > 0
+    a, b = np.random.default_rng(3), np.random.default_rng(3)  # without it: the same draws as before
+    assert [ScenarioSampler().sample(a).description for _ in range(20)] == [
+        ScenarioSampler(SamplerConfig(primary_load=None)).sample(b).description for _ in range(20)
+    ]
+    with pytest.raises(ConfigError, match="primary_load"):
+        SamplerConfig(primary_load=(0.9, 0.8))
+
+
 @pytest.mark.parametrize(
     ("also", "match"),
     [
