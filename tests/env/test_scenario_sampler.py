@@ -117,6 +117,22 @@ def test_a_sampler_with_only_heldout_mixes_is_refused():
         ScenarioSampler(SamplerConfig(apps=("memcached", "xapian"), min_apps=2, max_apps=2))
 
 
+# The default config's first draws from default_rng(3) (name, scenario seed: the seed is drawn last,
+# so it pins the whole stream), as drawn before `primary_load` existed: options a config leaves
+# unset must not move them.
+DEFAULT_DRAWS_RNG3 = (
+    ("sampled:memcached+xapian+nginx+moses+sphinx", 1914934942),
+    ("sampled:moses+mongodb", 483430030),
+    ("sampled:xapian+nginx+moses+mongodb+sphinx", 1151435849),
+    ("sampled:memcached+xapian+nginx", 1720478868),
+)
+
+
+def _first_draws(sampler: ScenarioSampler) -> tuple[tuple[str, int], ...]:
+    rng = np.random.default_rng(3)
+    return tuple((s.name, s.seed) for s in (sampler.sample(rng) for _ in DEFAULT_DRAWS_RNG3))
+
+
 QPRM_NODE = SamplerConfig(
     apps=("memcached_qprm",), be_jobs=("be_fotonik",), platform="qprm", load_min=0.3, load_max=1.0
 )
@@ -138,10 +154,7 @@ def test_also_draws_other_nodes_with_their_probability_and_keeps_old_draws_witho
         for s in qprm
     ]
     assert max(peaks) > 0.9 and min(peaks) >= 0.3 * 0.2  # load_max 1.0 reached; troughs >= 0.2 x load_min
-    a, b = np.random.default_rng(3), np.random.default_rng(3)
-    assert [plain.sample(a).name for _ in range(20)] == [
-        ScenarioSampler(SamplerConfig()).sample(b).name for _ in range(20)
-    ]
+    assert _first_draws(plain) == DEFAULT_DRAWS_RNG3
     assert mixed.max_be_components >= plain.max_be_components
 
 
@@ -167,10 +180,7 @@ def test_a_primary_app_runs_near_its_max_load_beside_modest_co_runners():
         six += len(loads) == 6 and rest.max() <= 0.2  # mix6-const's shape: five apps at <= 20%
     assert set(primaries) == set(SamplerConfig().apps)  # any app can be the primary
     assert six > 0
-    a, b = np.random.default_rng(3), np.random.default_rng(3)  # without it: the same draws as before
-    assert [ScenarioSampler().sample(a).description for _ in range(20)] == [
-        ScenarioSampler(SamplerConfig(primary_load=None)).sample(b).description for _ in range(20)
-    ]
+    assert _first_draws(ScenarioSampler(SamplerConfig(primary_load=None))) == DEFAULT_DRAWS_RNG3
     with pytest.raises(ConfigError, match="primary_load"):
         SamplerConfig(primary_load=(0.9, 0.8))
 
