@@ -45,7 +45,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -131,23 +131,60 @@ def discounted(rewards: list[float], gamma: float) -> np.ndarray:
 
 
 class EpisodeRunner:
-    """Runs tasks in `workers` single-process pools that live until `close()`: the task with key k
-    (an episode's index) always runs in pool k % workers, so module-level caches a teacher keeps
-    (the Oracle's plans) built for an episode in one round serve it in the next (module docstring,
-    step 3). With one worker the tasks run here, in this process, whose caches last as long. A
-    context manager."""
+    """Runs tasks in `workers` single-process pools that live until `close()`. A task whose key (an
+    episode's index) has run before runs again in the process that ran it, so module-level caches
+    a teacher keeps (the Oracle's plans) built for an episode in one round serve it in the next
+    (module docstring, step 3). A new key goes to whichever process is free first: episodes differ
+    in cost (1-6 apps, 60-180 s, one Oracle search per load step), and a fixed split (episode k in
+    process k mod workers) left one of two processes idle for more than half of the first round on
+    `configs/train/full.yaml`. Where a task runs does not change what it returns (episodes are
+    independent). A task that raises stops the dispatch; its error is raised here. With one worker
+    the tasks run here, in this process, whose caches last as long. A context manager."""
 
     def __init__(self, workers: int) -> None:
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: the driver runs Ray's threads
         n = workers if workers > 1 else 0
         self._pools = [ProcessPoolExecutor(max_workers=1, mp_context=ctx) for _ in range(n)]
+        self._home: dict[int, int] = {}  # key -> the pool that ran it first
 
     def run(self, fn: Callable[[T], R], tasks: Sequence[T], keys: Sequence[int]) -> list[R]:
-        """`fn(task)` for every task, in order; `fn` must pickle (a module-level function)."""
+        """`fn(task)` for every task, results in task order; `fn` must pickle (a module-level
+        function)."""
+        if len(tasks) != len(keys):
+            raise ValueError(f"{len(tasks)} tasks but {len(keys)} keys")
         if not self._pools:
             return [fn(t) for t in tasks]
-        futures = [self._pools[k % len(self._pools)].submit(fn, t) for t, k in zip(tasks, keys, strict=True)]
-        return [f.result() for f in futures]
+        futures: dict[int, Future[R]] = {}
+        running: list[list[Future[R]]] = [[] for _ in self._pools]  # per pool: its unfinished tasks
+
+        def submit(i: int, pool: int) -> None:
+            self._home.setdefault(keys[i], pool)
+            futures[i] = self._pools[pool].submit(fn, tasks[i])
+            running[pool].append(futures[i])
+
+        def free_pools() -> list[int]:
+            for q in running:
+                for f in q:
+                    err = f.exception() if f.done() else None
+                    if err is not None:
+                        raise err
+                q[:] = [f for f in q if not f.done()]
+            return [j for j, q in enumerate(running) if not q]
+
+        new = []
+        for i, k in enumerate(keys):
+            if k in self._home:
+                submit(i, self._home[k])
+            else:
+                new.append(i)
+        for i in new:  # one at a time, to the first pool with nothing left to run
+            if keys[i] in self._home:  # a key given twice: its first task chose the pool
+                submit(i, self._home[keys[i]])
+                continue
+            while not (free := free_pools()):
+                wait([f for q in running for f in q], return_when=FIRST_COMPLETED)
+            submit(i, free[0])
+        return [futures[i].result() for i in range(len(tasks))]
 
     def close(self) -> None:
         for pool in self._pools:

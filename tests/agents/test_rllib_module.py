@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -528,6 +529,53 @@ def test_the_episode_runner_keeps_each_episode_in_its_own_process_across_rounds(
     assert len(set(first)) == 2 and os.getpid() not in first
     with EpisodeRunner(1) as here:
         assert here.run(_pid, range(3), range(3)) == [os.getpid()] * 3  # one worker: this process
+
+
+def _long_or_short(task: tuple[str, int, int]) -> int:
+    """Task 0 is long: it waits (at most 60 s) until the `n` others have each written a line to
+    `path`, and returns how many it saw; the others write their line at once."""
+    path, index, n = task
+    if index > 0:
+        with open(path, "a") as f:
+            f.write(f"{index}\n")
+        return -1
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        with open(path) as f:
+            seen = len(f.readlines())
+        if seen == n:
+            return seen
+        time.sleep(0.01)
+    return seen
+
+
+def test_a_long_episode_does_not_hold_up_the_short_ones_behind_it(tmp_path: Path):
+    from agents.rllib.imitation import EpisodeRunner
+
+    path = tmp_path / "done"
+    path.write_text("")
+    with EpisodeRunner(2) as runner:
+        seen = runner.run(_long_or_short, [(str(path), i, 5) for i in range(6)], range(6))
+        # episode k in process k mod 2 would queue episodes 2 and 4 behind episode 0: it sees 3 of 5
+        assert seen[0] == 5
+        again = runner.run(_pid, range(6), range(6))  # and each stays in the process that ran it
+    assert len(set(again[1:])) == 1 and again[0] not in again[1:]
+
+
+def _fails_on_two(i: int) -> int:
+    if i == 2:
+        raise ValueError("episode 2 failed")
+    return i
+
+
+def test_an_episode_that_fails_fails_the_run():
+    from agents.rllib.imitation import EpisodeRunner
+
+    for workers in (1, 2):
+        with EpisodeRunner(workers) as runner, pytest.raises(ValueError, match="episode 2 failed"):
+            runner.run(_fails_on_two, range(8), range(8))
+        with EpisodeRunner(workers) as runner, pytest.raises(ValueError, match="2 tasks but 3 keys"):
+            runner.run(_fails_on_two, range(2), range(3))
 
 
 def test_a_dagger_round_on_the_same_episodes_replays_the_teachers_mixes_and_traces():
