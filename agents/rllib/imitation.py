@@ -178,9 +178,6 @@ class EpisodeRunner:
             else:
                 new.append(i)
         for i in new:  # one at a time, to the first pool with nothing left to run
-            if keys[i] in self._home:  # a key given twice: its first task chose the pool
-                submit(i, self._home[keys[i]])
-                continue
             while not (free := free_pools()):
                 wait([f for q in running for f in q], return_when=FIRST_COMPLETED)
             submit(i, free[0])
