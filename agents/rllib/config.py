@@ -88,15 +88,19 @@ class DomainRandomizationConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     """`hidden_units`: width of every layer of `agents.policy.ColocNet`; `pressure_mask`: offer
-    `<UP,MEM>` / `<UP,DISK>` only to apps that use most of their memory / disk bandwidth (the
-    network's docstring says why)."""
+    `<UP,MEM>` / `<UP,DISK>` only to apps that use most of their memory / disk bandwidth;
+    `down_slack_min`: offer an app's DOWN moves only while its slack is above this (null: always;
+    the network's docstring says why)."""
 
     hidden_units: int = 128
     pressure_mask: bool = True
+    down_slack_min: float | None = 0.2  # PARTIES Alg. 1's downsize threshold
 
     def __post_init__(self) -> None:
         if not 4 <= self.hidden_units <= 4096:
             raise ConfigError(f"model.hidden_units must be in [4, 4096], got {self.hidden_units}")
+        if self.down_slack_min is not None and not -1.0 <= self.down_slack_min < 1.0:
+            raise ConfigError(f"model.down_slack_min must be in [-1, 1) or null, got {self.down_slack_min}")
 
 
 @dataclass(frozen=True)
@@ -357,6 +361,7 @@ class TrainConfig:
             hidden_units=self.model.hidden_units,
             with_value=self.algo == "ppo",
             pressure_mask=self.model.pressure_mask,
+            down_slack_min=self.model.down_slack_min,
         )
 
 

@@ -52,7 +52,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from agents.policy import ColocNet, one_thread, pressure_mask
+from agents.policy import ColocNet, feasible_mask, one_thread
 from agents.rllib.config import TrainConfig, WarmStartConfig
 from agents.rllib.envs import make_scalar_env, training_env_config
 from env.controller import ControllerContext, ControllerFactory
@@ -264,10 +264,9 @@ def _episode(task: _EpisodeTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     while not done:
         raw = node_env.observation
         assert raw is not None  # set by reset() and step()
-        allowed = obs["action_mask"]
-        if spec.pressure_mask:  # the moves the network may take (agents.policy.pressure_mask)
-            x = torch.as_tensor(obs["observations"])
-            allowed = allowed * pressure_mask(x, spec.max_apps, spec.action_mode).numpy()
+        # the moves the network may take (agents.policy.feasible_mask)
+        m = torch.as_tensor(obs["action_mask"])
+        allowed = feasible_mask(spec, torch.as_tensor(obs["observations"]), m).numpy()
         action, ok = label(teacher.decide(raw), raw, caps, codec, allowed)
         expressible.append(ok)
         moves += bool(np.any(action))

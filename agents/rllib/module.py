@@ -4,7 +4,7 @@ Both modules read the env's Dict observation {"observations": features, "action_
 (`env.gym_env.ActionMaskObs` / `env.vector_env.VectorActionMaskObs`) and hold the network as
 `self.net`, so its `state_dict` is exactly what `agents.policy.export_policy` saves and
 `RlController` serves without Ray. `model_config` is `net_model_config(NetSpec)`:
-`{"action_mode", "max_apps", "hidden_units", "pressure_mask"}` (plus what RLlib adds, e.g. DQN's
+`{"action_mode", "max_apps", "hidden_units", "pressure_mask", "down_slack_min"}` (plus what RLlib adds, e.g. DQN's
 `epsilon`).
 
 * `ColocPPOModule` (PPO, `single` and `per_app`): masked logits as `ACTION_DIST_INPUTS`
@@ -31,7 +31,7 @@ from ray.rllib.utils.schedules.scheduler import Scheduler
 from agents.policy import ColocNet, NetSpec
 from env.types import N_MOVES
 
-NET_KEYS = ("action_mode", "max_apps", "hidden_units", "pressure_mask")
+NET_KEYS = ("action_mode", "max_apps", "hidden_units", "pressure_mask", "down_slack_min")
 
 
 def net_model_config(spec: NetSpec) -> dict[str, Any]:

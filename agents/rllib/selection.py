@@ -43,7 +43,8 @@ SELECTION_FILE = "selection.json"
 class ValidationScore:
     """A network on the validation episodes: `reward_per_interval` (the selection score: mean over
     episodes of the mean unscaled reward per interval), the share of intervals meeting every target
-    and the mean BE throughput (both pooled over intervals, for the log)."""
+    and the mean BE throughput (both pooled over intervals, for the log); `qos_met_by_node`: the share
+    per node type (`Capabilities.node_name`: the PARTIES node, the Q-PRM thesis' node)."""
 
     iteration: int
     reward_per_interval: float
@@ -51,6 +52,7 @@ class ValidationScore:
     be_throughput: float
     episodes: int
     intervals: int
+    qos_met_by_node: dict[str, float] = field(default_factory=dict)
 
 
 def validate(net: ColocNet, config: TrainConfig, episodes: int, iteration: int) -> ValidationScore:
@@ -62,9 +64,15 @@ def validate(net: ColocNet, config: TrainConfig, episodes: int, iteration: int) 
     env = make_vector_env(episodes, env_config)
     try:
         obs, _ = env.reset(seed=VALIDATION_SEED)
+        nodes = []
+        for i in range(episodes):
+            caps = env.unwrapped.capabilities(i)
+            assert caps is not None  # every sub-env was just reset
+            nodes.append(caps.node_name)
         live = np.ones(episodes, dtype=bool)
         total = np.zeros(episodes)
         steps = np.zeros(episodes, dtype=np.int64)
+        met_per = np.zeros(episodes, dtype=np.int64)
         met = 0
         be = 0.0
         net.eval()
@@ -76,12 +84,19 @@ def validate(net: ColocNet, config: TrainConfig, episodes: int, iteration: int) 
             obs, reward, term, trunc, info = env.step(actions)
             total[live] += reward[live]
             steps[live] += 1
-            met += int(np.sum(np.asarray(info["qos_met"], dtype=bool)[live]))
+            met_now = np.asarray(info["qos_met"], dtype=bool) & live
+            met += int(np.sum(met_now))
+            met_per += met_now
             be += float(np.sum(np.asarray(info["reward_terms"]["be_throughput"], dtype=float)[live]))
             live &= ~(term | trunc)
     finally:
         env.close()
     n = int(steps.sum())
+    by_node = {}
+    for name in sorted(set(nodes)):
+        mine = np.array([x == name for x in nodes])
+        k = int(steps[mine].sum())
+        by_node[name] = int(met_per[mine].sum()) / k if k else math.nan
     return ValidationScore(
         iteration=iteration,
         reward_per_interval=float(np.mean(total / np.maximum(steps, 1))),
@@ -89,6 +104,7 @@ def validate(net: ColocNet, config: TrainConfig, episodes: int, iteration: int) 
         be_throughput=be / n if n else math.nan,
         episodes=episodes,
         intervals=n,
+        qos_met_by_node=by_node,
     )
 
 
@@ -142,8 +158,13 @@ def describe(score: ValidationScore, best: ValidationScore | None) -> str:
     """One log line: a network's validation score and the best so far."""
     text = (
         f"validation ({score.episodes} episodes): iteration {score.iteration} scores "
-        f"{score.reward_per_interval:.3f} per interval (QoS met {100 * score.qos_met:.1f}%, "
-        f"BE {100 * score.be_throughput:.1f}%)"
+        f"{score.reward_per_interval:.3f} per interval (QoS met {100 * score.qos_met:.1f}%"
+        + "".join(
+            f"; {k} {100 * v:.1f}%"
+            for k, v in score.qos_met_by_node.items()
+            if len(score.qos_met_by_node) > 1
+        )
+        + f", BE {100 * score.be_throughput:.1f}%)"
     )
     if best is None or best is score:
         return text + "; the best so far, now the policy"

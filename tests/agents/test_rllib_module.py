@@ -180,6 +180,49 @@ def test_pressure_mask_offers_more_memory_or_disk_only_to_apps_that_use_most_of_
     assert chosen == (codec.single_index(0, Move.UP_MEM) if mode == "single" else Move.UP_MEM.value)
 
 
+@pytest.mark.parametrize("mode", ["single", "per_app"])
+def test_down_slack_min_withholds_every_down_move_of_an_app_at_or_below_it_and_nothing_else(mode):
+    """PARTIES Alg. 1 downsizes only apps with slack above 0.2: with `down_slack_min` the network
+    is offered no DOWN move of an app whose slack feature is at or below it (a violating app, or one
+    near its target), every other move as before; None (policy files written before it) offers all."""
+    from agents.policy import feasible_mask
+    from env.features import APP_FEATURES
+    from env.gym_env import ActionCodec
+    from env.types import Direction, Move
+
+    names = [f.name for f in APP_FEATURES]
+    x = random_features(np.random.default_rng(5), [True] * 3 + [False] * 3)
+    for slot, sl in {0: 0.5, 1: 0.2, 2: -0.3}.items():  # above, at and below the floor
+        x[slot * N_APP_FEATURES + names.index("slack")] = sl
+    codec = ActionCodec(M, mode)
+    env_mask = torch.ones(1, codec.mask_size)
+    spec = NetSpec(mode, M, 32, pressure_mask=False, down_slack_min=0.2)
+    got = feasible_mask(spec, x[None], env_mask)[0]
+    for slot in range(3):
+        for move in Move:
+            if move is Move.HOLD and mode == "single":
+                continue
+            idx = codec.single_index(slot, move) if mode == "single" else slot * N_MOVES + move.value
+            withheld = move.direction is Direction.DOWN and slot != 0
+            assert bool(got[idx]) is not withheld, (slot, move)
+    unset = NetSpec(mode, M, 32, pressure_mask=False)
+    assert unset.down_slack_min is None and torch.equal(feasible_mask(unset, x[None], env_mask), env_mask)
+    # with the pressure mask as well: both rules apply
+    both = feasible_mask(NetSpec(mode, M, 32, pressure_mask=True, down_slack_min=0.2), x[None], env_mask)[0]
+    assert torch.equal(
+        both, got * feasible_mask(NetSpec(mode, M, 32, pressure_mask=True), x[None], env_mask)[0]
+    )
+    # the network's own choice respects it
+    torch.manual_seed(0)
+    net = ColocNet(spec).eval()
+    with torch.no_grad():
+        bias = net.app_head[-1].bias
+        bias.zero_()
+        bias[Move.DOWN_CORE.value - (mode == "single")] = 50.0  # DOWN CORE wins in every slot
+        chosen = net.masked_scores(x[None], env_mask).argmax(dim=-1).item()
+    assert chosen == (codec.single_index(0, Move.DOWN_CORE) if mode == "single" else Move.DOWN_CORE.value)
+
+
 # ---- RLlib modules ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["single", "per_app"])
 def test_ppo_module_never_samples_a_masked_move(mode):

@@ -49,7 +49,24 @@ def test_validation_is_deterministic_and_scores_every_interval_of_every_episode(
     assert a == b
     assert a.iteration == 7 and a.episodes == 3 and a.intervals == 3 * 40
     assert 0.0 <= a.qos_met <= 1.0 and 0.0 <= a.be_throughput <= 1.0
+    assert list(a.qos_met_by_node) == ["parties"]  # one node type
+    assert a.qos_met_by_node["parties"] == a.qos_met
     assert np.isfinite(a.reward_per_interval)
+
+
+def test_validation_reports_the_qos_share_per_node_type():
+    """full.yaml draws the Q-PRM thesis' node in a fifth of its episodes: the score splits the share
+    of met intervals by node type, pooled over that type's intervals."""
+    config = load_train_config(
+        "full", ["env.sampler.duration_s=[10, 10]", "domain_randomization.enabled=false"]
+    )
+    torch.manual_seed(0)
+    score = S.validate(ColocNet(config.net_spec()), config, episodes=16, iteration=0)
+    assert set(score.qos_met_by_node) == {"parties", "qprm"}
+    assert all(0.0 <= v <= 1.0 for v in score.qos_met_by_node.values())
+    lo, hi = sorted(score.qos_met_by_node.values())
+    assert lo - 1e-12 <= score.qos_met <= hi + 1e-12  # the pooled share lies between them
+    assert "; parties " in S.describe(score, None) and "; qprm " in S.describe(score, None)
 
 
 def test_validation_ranks_a_network_that_leaves_the_be_job_nothing_below_one_that_feeds_it():
