@@ -44,8 +44,8 @@ on 1..6-app mixes runs on any mix of up to `max_apps` apps.
 * `down_slack_min` (NetSpec): an app's DOWN moves are only offered while its slack feature is above
   it (`model.down_slack_min` of a training config, 0.2 by default: PARTIES Alg. 1 downsizes only an
   app whose slack exceeds 0.2, Sec. 4.2). Why: an app at its knee (MongoDB at 100% of its max load
-  in the six-app mix, PARTIES Fig. 6) sits at 0.9-1.05x its target; one LLC way taken from it there
-  is a violation for the rest of the run. PPO networks a few iterations apart differ in whether
+  in the six-app mix, PARTIES Fig. 6) sits near its target (0.85-1.06x); one LLC way taken from it
+  there is a violation for the rest of the run. PPO networks a few iterations apart differ in whether
   they take it: of 30 checkpoints of one training run, 8 met mix6-const's window in most seeds.
   Withheld, the same 30 networks met it in 77 of 90 runs (24 without), and on the twelve other
   scenarios of the README's table two of them moved by at most 1.5 points of EMU and 0.1 of QoS
