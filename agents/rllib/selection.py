@@ -72,8 +72,7 @@ def validate(net: ColocNet, config: TrainConfig, episodes: int, iteration: int) 
         live = np.ones(episodes, dtype=bool)
         total = np.zeros(episodes)
         steps = np.zeros(episodes, dtype=np.int64)
-        met_per = np.zeros(episodes, dtype=np.int64)
-        met = 0
+        met = np.zeros(episodes, dtype=np.int64)  # intervals meeting every target, per episode
         be = 0.0
         net.eval()
         while live.any():
@@ -84,9 +83,7 @@ def validate(net: ColocNet, config: TrainConfig, episodes: int, iteration: int) 
             obs, reward, term, trunc, info = env.step(actions)
             total[live] += reward[live]
             steps[live] += 1
-            met_now = np.asarray(info["qos_met"], dtype=bool) & live
-            met += int(np.sum(met_now))
-            met_per += met_now
+            met += np.asarray(info["qos_met"], dtype=bool) & live
             be += float(np.sum(np.asarray(info["reward_terms"]["be_throughput"], dtype=float)[live]))
             live &= ~(term | trunc)
     finally:
@@ -96,11 +93,11 @@ def validate(net: ColocNet, config: TrainConfig, episodes: int, iteration: int) 
     for name in sorted(set(nodes)):
         mine = np.array([x == name for x in nodes])
         k = int(steps[mine].sum())
-        by_node[name] = int(met_per[mine].sum()) / k if k else math.nan
+        by_node[name] = int(met[mine].sum()) / k if k else math.nan
     return ValidationScore(
         iteration=iteration,
         reward_per_interval=float(np.mean(total / np.maximum(steps, 1))),
-        qos_met=met / n if n else math.nan,
+        qos_met=int(met.sum()) / n if n else math.nan,
         be_throughput=be / n if n else math.nan,
         episodes=episodes,
         intervals=n,
@@ -156,14 +153,11 @@ class Selection:
 
 def describe(score: ValidationScore, best: ValidationScore | None) -> str:
     """One log line: a network's validation score and the best so far."""
+    by_node = score.qos_met_by_node if len(score.qos_met_by_node) > 1 else {}
     text = (
         f"validation ({score.episodes} episodes): iteration {score.iteration} scores "
         f"{score.reward_per_interval:.3f} per interval (QoS met {100 * score.qos_met:.1f}%"
-        + "".join(
-            f"; {k} {100 * v:.1f}%"
-            for k, v in score.qos_met_by_node.items()
-            if len(score.qos_met_by_node) > 1
-        )
+        + "".join(f"; {k} {100 * v:.1f}%" for k, v in by_node.items())
         + f", BE {100 * score.be_throughput:.1f}%)"
     )
     if best is None or best is score:
