@@ -159,7 +159,7 @@ def _mlp(n_in: int, n_hidden: int, n_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(n_in, n_hidden), nn.ReLU(), nn.Linear(n_hidden, n_out), nn.ReLU())
 
 
-def _by_app(x: torch.Tensor, max_apps: int, action_mode: str, allowed: torch.Tensor) -> torch.Tensor:
+def _by_app(x: torch.Tensor, action_mode: str, allowed: torch.Tensor) -> torch.Tensor:
     """Per-app move flags `(..., max_apps, moves)` as a flat mask in the layout of `action_mode`."""
     flat = allowed.flatten(start_dim=-2)
     if action_mode == "per_app":
@@ -176,44 +176,58 @@ def _no_moves_withheld(x: torch.Tensor, max_apps: int, action_mode: str) -> torc
     return torch.ones(*x.shape[:-1], max_apps, N_MOVES if per_app else N_APP_MOVES, dtype=torch.bool)
 
 
+def _column(move: Move, action_mode: str) -> int:
+    """A move's column in the per-app flags (single mode has no HOLD column there)."""
+    return move.value if action_mode == "per_app" else move.value - 1
+
+
+def _withhold_pressure(allowed: torch.Tensor, apps: torch.Tensor, action_mode: str) -> None:
+    for move, feature in PRESSURE_MOVES:
+        allowed[..., _column(move, action_mode)] &= apps[..., feature] >= PRESSURE_FRAC
+    for move, feature in SPARE_MOVES:
+        allowed[..., _column(move, action_mode)] &= apps[..., feature] < SPARE_FRAC
+
+
+def _withhold_slack(
+    allowed: torch.Tensor, apps: torch.Tensor, action_mode: str, down_slack_min: float
+) -> None:
+    ok = apps[..., _APP_NAMES.index("slack")] > down_slack_min
+    for move in DOWN_MOVES:
+        allowed[..., _column(move, action_mode)] &= ok
+
+
 def pressure_mask(x: torch.Tensor, max_apps: int, action_mode: str) -> torch.Tensor:
     """1 for every action except `<UP,MEM>` / `<UP,DISK>` of an app using less than `PRESSURE_FRAC`
     of its memory / disk limit and `<DOWN,MEM>` / `<DOWN,DISK>` of one using `SPARE_FRAC` or more
     (module docstring), from the feature vectors `x` `(..., n_features)`;
     shape `(..., n_actions)` in the layout of `action_mode`."""
-    apps = _app_features(x, max_apps)
-    per_app = action_mode == "per_app"
     allowed = _no_moves_withheld(x, max_apps, action_mode)
-    for move, feature in PRESSURE_MOVES:
-        allowed[..., move.value if per_app else move.value - 1] = apps[..., feature] >= PRESSURE_FRAC
-    for move, feature in SPARE_MOVES:
-        allowed[..., move.value if per_app else move.value - 1] = apps[..., feature] < SPARE_FRAC
-    return _by_app(x, max_apps, action_mode, allowed)
+    _withhold_pressure(allowed, _app_features(x, max_apps), action_mode)
+    return _by_app(x, action_mode, allowed)
 
 
 def slack_mask(x: torch.Tensor, max_apps: int, action_mode: str, down_slack_min: float) -> torch.Tensor:
     """1 for every action except the DOWN moves of an app whose slack feature is at or below
     `down_slack_min` (module docstring), from the feature vectors `x` `(..., n_features)`;
     shape `(..., n_actions)` in the layout of `action_mode`."""
-    ok = _app_features(x, max_apps)[..., _APP_NAMES.index("slack")] > down_slack_min
-    per_app = action_mode == "per_app"
     allowed = _no_moves_withheld(x, max_apps, action_mode)
-    for move in DOWN_MOVES:
-        allowed[..., move.value if per_app else move.value - 1] = ok
-    return _by_app(x, max_apps, action_mode, allowed)
+    _withhold_slack(allowed, _app_features(x, max_apps), action_mode, down_slack_min)
+    return _by_app(x, action_mode, allowed)
 
 
 def feasible_mask(spec: NetSpec, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The actions a network of `spec` may take on features `x`: the env's action `mask` times the
     pressure mask (`spec.pressure_mask`) and the slack mask (`spec.down_slack_min`), in `mask`'s
-    dtype and shape (module docstring)."""
-    out = mask
+    dtype and shape (module docstring). Both rules write into one set of per-app flags."""
+    if not spec.pressure_mask and spec.down_slack_min is None:
+        return mask
+    apps = _app_features(x, spec.max_apps)
+    allowed = _no_moves_withheld(x, spec.max_apps, spec.action_mode)
     if spec.pressure_mask:
-        out = out * pressure_mask(x, spec.max_apps, spec.action_mode).reshape(mask.shape).to(mask.dtype)
+        _withhold_pressure(allowed, apps, spec.action_mode)
     if spec.down_slack_min is not None:
-        allowed = slack_mask(x, spec.max_apps, spec.action_mode, spec.down_slack_min)
-        out = out * allowed.reshape(mask.shape).to(mask.dtype)
-    return out
+        _withhold_slack(allowed, apps, spec.action_mode, spec.down_slack_min)
+    return mask * _by_app(x, spec.action_mode, allowed).reshape(mask.shape).to(mask.dtype)
 
 
 class SetTrunk(nn.Module):
