@@ -114,7 +114,9 @@ load over the next `lookahead_s` rounded up to `load_quantum`, and re-plans when
 observed load differ from the rebuilt trace by more than `trace_tolerance` (a node built with another
 seed), the plan uses the larger of the two (noted in the reason). Plans are cached per process by
 (scenario without its loads, capabilities, config, start allocation, load vector), so `evaluate.py
-maxload` plans each load point once per worker.
+maxload` plans each load point once per worker; within a planner (one start allocation) an app's
+frontier beside idle LC apps is searched once per load of its own, so a trace that changes one app's
+load searches that part of step 1 again for that app only.
 
 Ambiguities resolved:
 
@@ -751,6 +753,8 @@ class Planner:
         self.be_alone = AnalyticRun(sub_layout(lay, be_comps), self.warmup, self.measure) if self.be else None
         self._be_comps = be_comps
         self._be_bound: np.ndarray | None = None
+        # step 1's frontiers beside idle LC apps depend on the app's own load only: kept across plans
+        self._alone: dict[tuple[str, float, float, int, bool], AppFrontier] = {}
 
     # ---- candidates ------------------------------------------------------------------------------
     def _smallest(self) -> tuple[np.ndarray, np.ndarray]:
@@ -992,7 +996,31 @@ class Planner:
         (`environment`). Where memory holds the whole data set (and did at the start), disk bandwidth
         does not matter (no page faults, model steps 4 and 7): that part is a (cores, ways) search at
         no disk; below it the search covers all four axes. With no point (`possible` only), the
-        stand-ins: the least resources that do as well as the whole node."""
+        stand-ins: the least resources that do as well as the whole node. Beside idle LC apps (no
+        `corunner_cores`) nothing but the app's own load and network enters the run, so the planner
+        keeps that frontier for its later plans (a complete search within `budget` is found again)."""
+        load = loads.get(app, 0.0)
+        key = (app, load, net[app], be_units, possible)
+        if corunner_cores is None:  # the other LC apps idle: nothing but this app's load matters
+            known = self._alone.get(key)
+            if known is not None and known.complete and known.evaluations <= budget:
+                return known  # what the same search would find again (it is deterministic)
+        f = self._frontier(app, loads, net, budget, be_units, corunner_cores, possible)
+        if corunner_cores is None:
+            self._alone[key] = f
+        return f
+
+    def _frontier(
+        self,
+        app: str,
+        loads: dict[str, float],
+        net: dict[str, float],
+        budget: int,
+        be_units: int,
+        corunner_cores: dict[str, float] | None,
+        possible: bool,
+    ) -> AppFrontier:
+        """`frontier`, searched."""
         axes = self.axes(app)
         zero: Point = (0, 0, 0, 0)
         load = loads.get(app, 0.0)

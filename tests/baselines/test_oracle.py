@@ -514,6 +514,32 @@ def test_replans_ahead_of_a_step_and_caches_plans():
     assert twin.decide(at(obs0, 1.0)).allocation == low.allocation and twin.plans_made == 0
 
 
+def test_a_planner_reuses_the_frontiers_beside_idle_apps_and_plans_as_a_fresh_one(monkeypatch):
+    """A frontier beside idle LC apps depends on the app's own load alone: a second plan whose
+    vector changes one app's load searches only that app's again, and equals a fresh planner's."""
+    scn = mix()
+    caps = SimNode(scn, seed=0).capabilities()
+    searched: list[tuple[str, bool]] = []
+    real = Planner._frontier
+
+    def spy(self, app, loads, net, budget, be_units, corunner_cores, possible):
+        searched.append((app, corunner_cores is None))
+        return real(self, app, loads, net, budget, be_units, corunner_cores, possible)
+
+    monkeypatch.setattr(Planner, "_frontier", spy)
+    planner = Planner(scn, caps, CFG)
+    planner.plan({"memcached": 0.2, "nginx": 0.2})
+    searched.clear()
+    second = planner.plan({"memcached": 0.4, "nginx": 0.2})
+    alone = [a for a, idle in searched if idle]
+    assert "memcached" in alone and "nginx" not in alone  # nginx's load did not change
+    assert any(a == "nginx" for a, idle in searched if not idle)  # its company did: searched again
+    fresh = Planner(scn, caps, CFG).plan({"memcached": 0.4, "nginx": 0.2})
+    assert second.allocation == fresh.allocation
+    assert second.search.frontier_evaluations == fresh.search.frontier_evaluations
+    assert second.evaluation == fresh.evaluation
+
+
 def test_observed_load_above_the_trace_is_planned_for():
     O._PLANS.clear()
     scn = mix()
