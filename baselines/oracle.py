@@ -753,7 +753,8 @@ class Planner:
         self.be_alone = AnalyticRun(sub_layout(lay, be_comps), self.warmup, self.measure) if self.be else None
         self._be_comps = be_comps
         self._be_bound: np.ndarray | None = None
-        # step 1's frontiers beside idle LC apps depend on the app's own load only: kept across plans
+        # step 1's frontiers beside idle LC apps depend on the app's own load and network only: kept
+        # across plans
         self._alone: dict[tuple[str, float, float, int, bool], AppFrontier] = {}
 
     # ---- candidates ------------------------------------------------------------------------------
@@ -999,16 +1000,14 @@ class Planner:
         stand-ins: the least resources that do as well as the whole node. Beside idle LC apps (no
         `corunner_cores`) nothing but the app's own load and network enters the run, so the planner
         keeps that frontier for its later plans (a complete search within `budget` is found again)."""
-        load = loads.get(app, 0.0)
-        key = (app, load, net[app], be_units, possible)
-        if corunner_cores is None:  # the other LC apps idle: nothing but this app's load matters
-            known = self._alone.get(key)
-            if known is not None and known.complete and known.evaluations <= budget:
-                return known  # what the same search would find again (it is deterministic)
-        f = self._frontier(app, loads, net, budget, be_units, corunner_cores, possible)
-        if corunner_cores is None:
-            self._alone[key] = f
-        return f
+        if corunner_cores is not None:  # beside the others at their loads: theirs matter too
+            return self._frontier(app, loads, net, budget, be_units, corunner_cores, possible)
+        key = (app, loads.get(app, 0.0), net[app], be_units, possible)
+        known = self._alone.get(key)
+        if known is not None and known.complete and known.evaluations <= budget:
+            return known  # what the same search would find again (it is deterministic)
+        self._alone[key] = self._frontier(app, loads, net, budget, be_units, None, possible)
+        return self._alone[key]
 
     def _frontier(
         self,
