@@ -196,25 +196,6 @@ def _withhold_slack(
         allowed[..., _column(move, action_mode)] &= ok
 
 
-def pressure_mask(x: torch.Tensor, max_apps: int, action_mode: str) -> torch.Tensor:
-    """1 for every action except `<UP,MEM>` / `<UP,DISK>` of an app using less than `PRESSURE_FRAC`
-    of its memory / disk limit and `<DOWN,MEM>` / `<DOWN,DISK>` of one using `SPARE_FRAC` or more
-    (module docstring), from the feature vectors `x` `(..., n_features)`;
-    shape `(..., n_actions)` in the layout of `action_mode`."""
-    allowed = _no_moves_withheld(x, max_apps, action_mode)
-    _withhold_pressure(allowed, _app_features(x, max_apps), action_mode)
-    return _by_app(x, action_mode, allowed)
-
-
-def slack_mask(x: torch.Tensor, max_apps: int, action_mode: str, down_slack_min: float) -> torch.Tensor:
-    """1 for every action except the DOWN moves of an app whose slack feature is at or below
-    `down_slack_min` (module docstring), from the feature vectors `x` `(..., n_features)`;
-    shape `(..., n_actions)` in the layout of `action_mode`."""
-    allowed = _no_moves_withheld(x, max_apps, action_mode)
-    _withhold_slack(allowed, _app_features(x, max_apps), action_mode, down_slack_min)
-    return _by_app(x, action_mode, allowed)
-
-
 def feasible_mask(spec: NetSpec, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The actions a network of `spec` may take on features `x`: the env's action `mask` times the
     pressure mask (`spec.pressure_mask`) and the slack mask (`spec.down_slack_min`), in `mask`'s
@@ -574,6 +555,4 @@ __all__ = [
     "feature_layout",
     "load_policy",
     "make",
-    "pressure_mask",
-    "slack_mask",
 ]

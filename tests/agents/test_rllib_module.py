@@ -136,7 +136,7 @@ def test_more_apps_change_the_context_a_present_app_sees():
 @pytest.mark.parametrize("mode", ["single", "per_app"])
 def test_pressure_mask_offers_more_memory_or_disk_only_to_apps_that_use_most_of_theirs(mode):
     """... and less only to apps that use under half of theirs."""
-    from agents.policy import PRESSURE_FRAC, SPARE_FRAC, pressure_mask
+    from agents.policy import PRESSURE_FRAC, SPARE_FRAC, feasible_mask
     from env.features import APP_FEATURES
     from env.gym_env import ActionCodec
     from env.types import Move
@@ -148,7 +148,7 @@ def test_pressure_mask_offers_more_memory_or_disk_only_to_apps_that_use_most_of_
         x[slot * N_APP_FEATURES + names.index("memory_used")] = mem
         x[slot * N_APP_FEATURES + names.index("disk_used")] = disk
     codec = ActionCodec(M, mode)
-    got = pressure_mask(x[None], M, mode)[0]
+    got = feasible_mask(NetSpec(mode, M, 32, pressure_mask=True), x[None], torch.ones(1, codec.mask_size))[0]
     assert got.shape == (codec.mask_size,)
     withheld = {(0, Move.UP_DISK), (1, Move.UP_MEM), (2, Move.UP_MEM), (2, Move.UP_DISK)}
     withheld |= {(0, Move.DOWN_MEM), (1, Move.DOWN_DISK), (2, Move.DOWN_MEM), (2, Move.DOWN_DISK)}
