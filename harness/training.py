@@ -185,14 +185,18 @@ def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None], start
     """Imitate `warm_start.teacher`, then start RL from that network (agents.rllib.imitation).
 
     With a time budget (`max_train_minutes`, counted from `started`, a `time.perf_counter()` time),
-    no DAgger round starts once half of it is spent: the rest is PPO's. On a slow day the first
-    imitation alone can take most of a short budget (`make demo`'s 5 minutes), and the rounds
-    after it would leave PPO none."""
+    no DAgger round starts once `warm_start.dagger_budget_share` of it is spent: the rest is PPO's.
+    On a slow day the first imitation alone can take most of a short budget (`make demo`'s 5
+    minutes), and the rounds after it would leave PPO none."""
     import torch
 
     warm = config.warm_start
     t0 = time.perf_counter()
-    half_budget_s = None if config.max_train_minutes is None else 30.0 * config.max_train_minutes
+    dagger_until_s = (
+        None
+        if config.max_train_minutes is None
+        else 60.0 * config.max_train_minutes * warm.dagger_budget_share
+    )
     log(f"warm start: {warm.teacher} drives {warm.episodes} training episodes ...")
     assert warm.teacher is not None
     make_teacher = factory_of(warm.teacher)
@@ -205,11 +209,11 @@ def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None], start
         stats = pretrain(net, demos, warm, seed=config.seed)
         for r in range(1, warm.dagger_rounds + 1):
             spent_s = time.perf_counter() - started
-            if half_budget_s is not None and spent_s >= half_budget_s:
+            if dagger_until_s is not None and spent_s >= dagger_until_s:
                 skipped = f"round {r}" if r == warm.dagger_rounds else f"rounds {r}-{warm.dagger_rounds}"
                 log(
                     f"warm start: {fmt_duration(spent_s)} of the {config.max_train_minutes:g}-min time budget spent "
-                    f"(half or more): skipping DAgger {skipped}, the rest is PPO's"
+                    f"({100 * warm.dagger_budget_share:.0f}% or more): skipping DAgger {skipped}, the rest is PPO's"
                 )
                 break
             log(

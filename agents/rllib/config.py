@@ -247,7 +247,9 @@ class WarmStartConfig:
     `dagger_episodes`: `same` replays the teacher's episodes (their mixes, traces and perturbed
     parameters: the student's own states on them), so a teacher that caches its plans per episode
     (the Oracle-guided one) plans nothing again; `new` draws fresh ones each round. `workers`
-    processes drive the episodes, each keeping its caches for the whole warm start. PPO only."""
+    processes drive the episodes, each keeping its caches for the whole warm start. With a time
+    budget (`max_train_minutes`), no DAgger round starts once a `dagger_budget_share` of it is
+    spent: the rest is PPO's. PPO only."""
 
     teacher: str | None = None
     episodes: int = 40
@@ -258,6 +260,7 @@ class WarmStartConfig:
     dagger_rounds: int = 0
     dagger_student_frac: float = 0.5
     dagger_episodes: str = "same"  # or "new" (above)
+    dagger_budget_share: float = 0.5  # of max_train_minutes, after which no DAgger round starts
     workers: int = 1  # processes driving the teacher's episodes (the same labels as one)
 
     def __post_init__(self) -> None:
@@ -274,6 +277,7 @@ class WarmStartConfig:
         if self.dagger_rounds < 0:
             raise ConfigError("warm_start.dagger_rounds must be >= 0")
         require_in("warm_start", 0.0, 1.0, dagger_student_frac=self.dagger_student_frac)
+        require_in("warm_start", 0.0, 1.0, dagger_budget_share=self.dagger_budget_share)
         if self.dagger_episodes not in ("same", "new"):
             raise ConfigError(
                 f"warm_start.dagger_episodes must be 'same' or 'new', got {self.dagger_episodes!r}"

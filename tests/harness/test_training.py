@@ -8,6 +8,7 @@ import pytest
 
 from agents.policy import ColocNet
 from agents.rllib.config import build_train_config
+from env.config import ConfigError
 from harness import training
 
 
@@ -34,7 +35,7 @@ def _config(*extra: str):
     )
 
 
-def test_dagger_rounds_run_while_less_than_half_the_budget_is_spent(no_rllib):
+def test_dagger_rounds_run_while_less_than_their_share_of_the_budget_is_spent(no_rllib):
     for budget in ("max_train_minutes=null", "max_train_minutes=60"):
         lines: list[str] = []
         training.warm_start(None, _config(budget), lines.append, started=time.perf_counter())
@@ -43,14 +44,33 @@ def test_dagger_rounds_run_while_less_than_half_the_budget_is_spent(no_rllib):
         assert "skipping" not in text
 
 
-def test_no_dagger_round_starts_once_half_the_budget_is_spent(no_rllib):
+def test_no_dagger_round_starts_once_its_share_of_the_budget_is_spent(no_rllib):
     lines: list[str] = []
     ten_minutes_ago = time.perf_counter() - 600.0
     training.warm_start(None, _config("max_train_minutes=20"), lines.append, started=ten_minutes_ago)
     text = "\n".join(lines)
     assert "DAgger round 1/2" not in text
     assert (
-        "10m00s of the 20-min time budget spent (half or more): skipping DAgger rounds 1-2, the rest is PPO's"
+        "10m00s of the 20-min time budget spent (50% or more): skipping DAgger rounds 1-2, the rest is PPO's"
         in text
     )
     assert "imitation accuracy" in text  # the first imitation still ran and was reported
+
+
+def test_a_larger_dagger_share_lets_the_rounds_start_later(no_rllib):
+    ten_minutes_ago = time.perf_counter() - 600.0
+    lines: list[str] = []
+    config = _config("max_train_minutes=20", "warm_start.dagger_budget_share=0.75")
+    training.warm_start(None, config, lines.append, started=ten_minutes_ago)
+    text = "\n".join(lines)
+    assert "DAgger round 1/2" in text and "DAgger round 2/2" in text, text
+    lines.clear()
+    config = _config("max_train_minutes=12", "warm_start.dagger_budget_share=0.75")
+    training.warm_start(None, config, lines.append, started=ten_minutes_ago)
+    assert "(75% or more): skipping DAgger rounds 1-2" in "\n".join(lines)
+
+
+@pytest.mark.parametrize("share", ["-0.1", "1.5"])
+def test_a_dagger_share_outside_0_1_is_refused(share):
+    with pytest.raises(ConfigError, match="dagger_budget_share"):
+        _config(f"warm_start.dagger_budget_share={share}")
