@@ -276,8 +276,13 @@ class WarmStartConfig:
             raise ConfigError("warm_start.value_weight must be >= 0")
         if self.dagger_rounds < 0:
             raise ConfigError("warm_start.dagger_rounds must be >= 0")
-        require_in("warm_start", 0.0, 1.0, dagger_student_frac=self.dagger_student_frac)
-        require_in("warm_start", 0.0, 1.0, dagger_budget_share=self.dagger_budget_share)
+        require_in(
+            "warm_start",
+            0.0,
+            1.0,
+            dagger_student_frac=self.dagger_student_frac,
+            dagger_budget_share=self.dagger_budget_share,
+        )
         if self.dagger_episodes not in ("same", "new"):
             raise ConfigError(
                 f"warm_start.dagger_episodes must be 'same' or 'new', got {self.dagger_episodes!r}"

@@ -352,7 +352,8 @@ def test_a_run_keeps_to_its_time_budget_and_returns_a_servable_policy(ray_sessio
     monkeypatch.chdir(tmp_path)  # a relative --out, as `make demo` gives (RLlib wants absolute paths)
     outcome = train(config, RunOptions(out=Path("demo"), log=log))
     assert outcome.policy == tmp_path / "demo" / "policy.pt"
-    # half the budget (demo.yaml keeps warm_start.dagger_budget_share at 0.5) was gone before the first DAgger round: PPO got the rest
+    # half the budget (demo.yaml's dagger_budget_share, 0.5) was gone before the first DAgger round:
+    # PPO got the rest
     assert "(50% or more): skipping DAgger rounds 1-2, the rest is PPO's" in log.getvalue()
     # the budget ran out during the first iteration: it stopped there, with a checkpoint
     assert "time budget of 0.001 min reached: stopping after 1 of 3 iterations" in log.getvalue()
