@@ -83,17 +83,22 @@ def gaps(cur: Allocation, target: Allocation, caps: Capabilities, app: str) -> d
     return {r: units(target, caps, app, r) - units(cur, caps, app, r) for r in ORDER if r in caps.knobs}
 
 
-def move_toward(
+def move_options(
     obs: Observation, caps: Capabilities, target: Allocation, cfg: GuidedConfig = GuidedConfig()
-) -> tuple[str, Move] | None:
-    """The one move that leads from the observation's allocation to `target` (module docstring);
-    None when there is none to make (HOLD)."""
+) -> tuple[tuple[str, Move], ...]:
+    """Every move of the first step of the module docstring's order that has one, the teacher's own
+    move first (`move_toward`); () when there is none to make (HOLD). Within a step the order among
+    apps and resources follows what the observation shows (slack) and what it does not (which
+    resources the plan holds below or above the allocation); the moves a student cannot tell apart
+    are equally good labels (`agents.rllib.imitation`, `labels: options`). Step 1 keeps only the
+    app with the smallest slack, which the student sees."""
     cur = obs.allocation
     slack = {s.name: (s.slack if math.isfinite(s.slack) else -math.inf) for s in obs.apps}
     lc = [a.name for a in caps.lc_apps if a.name in cur and a.name in target]
     g = {a: gaps(cur, target, caps, a) for a in lc}
 
-    def first(apps: list[str], direction: Direction, lc_victim: bool = True) -> tuple[str, Move] | None:
+    def options(apps: list[str], direction: Direction, lc_victim: bool = True) -> list[tuple[str, Move]]:
+        out = []
         for a in apps:
             for r in ORDER if direction is Direction.UP else RECLAIM:
                 d = g[a].get(r, 0.0)
@@ -103,18 +108,30 @@ def move_toward(
                     m = Move.of(direction, r)
                     planned = plan_move(obs, caps, a, m)
                     if planned.feasible and (lc_victim or planned.counterpart not in lc):
-                        return a, m
-        return None
+                        out.append((a, m))
+        return out
 
     by_need = sorted(lc, key=lambda a: slack.get(a, -math.inf))
     urgent = [a for a in by_need if slack.get(a, -math.inf) < cfg.urgent_slack]
     trading = [a for a in by_need if any(g[a].get(r, 0.0) < -0.5 for r in RECLAIM)]
-    return (
-        first(urgent, Direction.UP)
-        or first(trading, Direction.UP, lc_victim=False)
-        or first(sorted(lc, key=lambda a: -slack.get(a, -math.inf)), Direction.DOWN)
-        or first(by_need, Direction.UP)
+    found = options(urgent, Direction.UP)
+    if found:  # step 1: the most urgent app that can be given something, alone
+        return tuple(o for o in found if o[0] == found[0][0])
+    found = (
+        options(trading, Direction.UP, lc_victim=False)
+        or options(sorted(lc, key=lambda a: -slack.get(a, -math.inf)), Direction.DOWN)
+        or options(by_need, Direction.UP)
     )
+    return tuple(found)
+
+
+def move_toward(
+    obs: Observation, caps: Capabilities, target: Allocation, cfg: GuidedConfig = GuidedConfig()
+) -> tuple[str, Move] | None:
+    """The one move that leads from the observation's allocation to `target` (module docstring);
+    None when there is none to make (HOLD)."""
+    found = move_options(obs, caps, target, cfg)
+    return found[0] if found else None
 
 
 class OracleGuidedController(BaseController):
@@ -127,11 +144,14 @@ class OracleGuidedController(BaseController):
         self.oracle = oracle
         self.cfg = config or GuidedConfig()
         self._start: Allocation | None = None
+        # the last decision's equally good moves, its own first (`move_options`; () = HOLD)
+        self.options: tuple[tuple[str, Move], ...] = ()
 
     def _reset(self) -> None:
         assert self.caps is not None and self.rng is not None
         self.oracle.reset(self.caps, self.rng)
         self._start = None
+        self.options = ()
 
     def plan_for(self, obs: Observation) -> Plan:
         """The Oracle's plan for the loads ahead, planned from the episode's first allocation (so
@@ -144,7 +164,8 @@ class OracleGuidedController(BaseController):
         plan = self.plan_for(obs)
         caps = self.caps
         assert caps is not None
-        step = move_toward(obs, caps, plan.allocation, self.cfg)
+        self.options = move_options(obs, caps, plan.allocation, self.cfg)
+        step = self.options[0] if self.options else None
         if step is None:
             alloc, notes = adjust_network(obs, obs.allocation, caps)  # outside the moves (PARTIES Alg. 1)
             reason = "oracle-guided: at the Oracle's plan (or no move leads there)"

@@ -235,7 +235,13 @@ def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None], start
     set_module_weights(algo, net)
     log(
         f"warm start: {len(demos):,} decisions ({demos.moves:,} moves, {demos.unexpressed:,} not expressible); "
-        f"imitation accuracy {100 * stats.accuracy:.1f}% (moves {100 * stats.move_accuracy:.1f}%), critic R2 "
+        f"imitation accuracy {100 * stats.accuracy:.1f}% (moves {100 * stats.move_accuracy:.1f}%"
+        + (
+            f", or {100 * stats.own_move_accuracy:.1f}% by the teacher's own move alone"
+            if warm.labels == "options"
+            else ""
+        )
+        + "), critic R2 "
         f"{stats.value_r2:.2f}; {fmt_duration(time.perf_counter() - t0)}"
     )
 

@@ -249,7 +249,11 @@ class WarmStartConfig:
     (the Oracle-guided one) plans nothing again; `new` draws fresh ones each round. `workers`
     processes drive the episodes, each keeping its caches for the whole warm start. With a time
     budget (`max_train_minutes`), no DAgger round starts once a `dagger_budget_share` of it is
-    spent: the rest is PPO's. PPO only."""
+    spent: the rest is PPO's. `labels`: `teacher` imitates the teacher's own move; `options` accepts
+    any of the moves a teacher names as equally good beside it (the Oracle-guided teacher's step of
+    moves toward its plan, among which the observation cannot tell which it would take first:
+    the loss is -log P(one of them)); a teacher that names none is imitated as with `teacher`.
+    PPO only."""
 
     teacher: str | None = None
     episodes: int = 40
@@ -262,6 +266,7 @@ class WarmStartConfig:
     dagger_episodes: str = "same"  # or "new" (above)
     dagger_budget_share: float = 0.5  # of max_train_minutes, after which no DAgger round starts
     workers: int = 1  # processes driving the teacher's episodes (the same labels as one)
+    labels: str = "teacher"  # or "options" (above)
 
     def __post_init__(self) -> None:
         require_positive(
@@ -283,6 +288,8 @@ class WarmStartConfig:
             dagger_student_frac=self.dagger_student_frac,
             dagger_budget_share=self.dagger_budget_share,
         )
+        if self.labels not in ("teacher", "options"):
+            raise ConfigError(f"warm_start.labels must be 'teacher' or 'options', got {self.labels!r}")
         if self.dagger_episodes not in ("same", "new"):
             raise ConfigError(
                 f"warm_start.dagger_episodes must be 'same' or 'new', got {self.dagger_episodes!r}"

@@ -22,7 +22,13 @@ kickstarting).
    mask forbids.
 2. `pretrain`: the network is fitted to the expressible labels (cross-entropy of the masked
    scores, summed over slots in per-app mode) and, for PPO, its critic to the discounted (scaled)
-   returns of the teacher's episodes (every interval).
+   returns of the teacher's episodes (every interval). With `labels: options` a label accepts
+   every move the teacher names as equally good beside its own (`OffersOptions`; the Oracle-guided
+   teacher's step of moves toward its plan, `baselines.oracle_guided.move_options`) and the loss is
+   -log P(an accepted move). Why: the teacher orders those moves by what only it knows (which
+   resources its plan holds below the allocation), so its own first move is, from the observation,
+   one of several; fitted to it alone, the student is asked for an order it cannot see and spreads
+   its probability over them.
 3. DAgger (Ross et al., AISTATS 2011), `dagger_rounds` times: the fitted network drives
    `episodes` more episodes (each interval, with probability `dagger_student_frac`, its greedy
    action is applied instead of the teacher's), the teacher labels every state it visits, and the
@@ -42,12 +48,13 @@ kickstarting).
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import torch
@@ -71,6 +78,7 @@ class Demonstrations:
     masks: np.ndarray  # (N, mask_size) float32 0/1
     actions: np.ndarray  # (N,) single mode, (N, max_apps) per-app mode; int64
     expressible: np.ndarray  # (N,) bool: the label stands for the teacher's decision (imitated)
+    accepted: np.ndarray  # (N, mask_size) bool: the actions as good as the label (it among them)
     returns: np.ndarray  # (N,) discounted returns of the scaled reward
     moves: int  # labels that are not HOLD
     episodes: int
@@ -90,6 +98,7 @@ class Demonstrations:
             np.concatenate([self.masks, other.masks]),
             np.concatenate([self.actions, other.actions]),
             np.concatenate([self.expressible, other.expressible]),
+            np.concatenate([self.accepted, other.accepted]),
             np.concatenate([self.returns, other.returns]),
             self.moves + other.moves,
             self.episodes + other.episodes,
@@ -118,6 +127,45 @@ def label(
     act = np.zeros(codec.max_apps, dtype=np.int64)
     act[slot] = move.value
     return act, True
+
+
+@runtime_checkable
+class OffersOptions(Protocol):
+    """A teacher that names, beside its decision, the moves it holds equally good (its own first):
+    `baselines.oracle_guided.OracleGuidedController.options`."""
+
+    options: tuple[tuple[str, Move], ...]
+
+
+def accepted(
+    action: np.ndarray | int,
+    options: Sequence[tuple[str, Move]],
+    caps: Capabilities,
+    codec: ActionCodec,
+    mask: np.ndarray,
+) -> np.ndarray:
+    """The actions as good as `action` (`warm_start.labels`), flat in the mask's layout: `action`
+    itself and, in single mode, every allowed move of `options` (per-app mode: `action`'s move at
+    each slot). `options` counts only when it begins with `action`'s move (the teacher's own)."""
+    out = np.zeros(codec.mask_size, dtype=bool)
+    if codec.mode != "single":
+        out.reshape(codec.max_apps, N_MOVES)[np.arange(codec.max_apps), np.asarray(action)] = True
+        return out
+    out[int(action)] = True
+    names = [a.name for a in caps.lc_apps]
+    first = options[0] if options else None
+    if (
+        first is None
+        or first[0] not in names
+        or codec.single_index(names.index(first[0]), first[1]) != action
+    ):
+        return out
+    flat = mask.reshape(-1)
+    for app, move in options:
+        if app in names:
+            a = codec.single_index(names.index(app), move)
+            out[a] |= bool(flat[a])
+    return out
 
 
 def discounted(rewards: list[float], gamma: float) -> np.ndarray:
@@ -213,7 +261,8 @@ def collect_demonstrations(
     keeps the processes (and their caches) for later rounds; without one they last this call."""
     student_state = None if student is None else (student.spec, student.state_dict())
     tasks = [
-        (config, gamma, seed, ep, make_teacher, student_state, student_frac) for ep in range(warm.episodes)
+        (config, gamma, seed, ep, make_teacher, student_state, student_frac, warm.labels == "options")
+        for ep in range(warm.episodes)
     ]
     episodes = list(range(warm.episodes))
     if runner is None:
@@ -226,20 +275,25 @@ def collect_demonstrations(
         np.concatenate([p[1] for p in parts]).astype(np.float32),
         np.concatenate([p[2] for p in parts]).astype(np.int64),
         np.concatenate([p[3] for p in parts]).astype(bool),
-        np.concatenate([p[4] for p in parts]),
-        int(sum(p[5] for p in parts)),
+        np.concatenate([p[4] for p in parts]).astype(bool),
+        np.concatenate([p[5] for p in parts]),
+        int(sum(p[6] for p in parts)),
         warm.episodes,
     )
 
 
-_EpisodeTask = tuple[TrainConfig, float, int, int, ControllerFactory, tuple | None, float]
+_EpisodeTask = tuple[TrainConfig, float, int, int, ControllerFactory, tuple | None, float, bool]
 
 
-def _episode(task: _EpisodeTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """One teacher-labelled episode: (features, masks, labels, expressible, returns, moves)."""
+def _episode(
+    task: _EpisodeTask,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """One teacher-labelled episode: (features, masks, labels, expressible, accepted, returns,
+    moves). With `options` (`warm_start.labels`), a teacher that offers them (`OffersOptions`) adds
+    its equally good moves to each label's accepted set."""
     from env.sim.node import SimNode  # the simulator loads numba kernels: import on first use
 
-    config, gamma, seed, ep, make_teacher, student_state, student_frac = task
+    config, gamma, seed, ep, make_teacher, student_state, student_frac, use_options = task
     student = None
     if student_state is not None:
         student = ColocNet(student_state[0])
@@ -250,7 +304,7 @@ def _episode(task: _EpisodeTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     assert isinstance(node_env, NodeEnv)  # make_scalar_env wraps a NodeEnv
     codec: ActionCodec = node_env.codec
     spec = config.net_spec()
-    feats, masks, acts, expressible = [], [], [], []
+    feats, masks, acts, expressible, accepts = [], [], [], [], []
     rewards: list[float] = []
     moves = 0
     coin = np.random.default_rng([seed, 2, ep])
@@ -268,6 +322,8 @@ def _episode(task: _EpisodeTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
         m = torch.as_tensor(obs["action_mask"])
         allowed = feasible_mask(spec, torch.as_tensor(obs["observations"]), m).numpy()
         action, ok = label(teacher.decide(raw), raw, caps, codec, allowed)
+        options = teacher.options if use_options and isinstance(teacher, OffersOptions) else ()
+        accepts.append(accepted(action, options, caps, codec, allowed))
         expressible.append(ok)
         moves += bool(np.any(action))
         feats.append(obs["observations"])
@@ -287,6 +343,7 @@ def _episode(task: _EpisodeTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
         np.asarray(masks, dtype=np.float32),
         np.asarray(acts, dtype=np.int64),
         np.asarray(expressible, dtype=bool),
+        np.asarray(accepts, dtype=bool),
         discounted(rewards, gamma),
         moves,
     )
@@ -296,10 +353,11 @@ def _episode(task: _EpisodeTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
 class PretrainStats:
     """How well `pretrain` fitted the teacher's labels and returns, and how long it took (s)."""
 
-    accuracy: float  # greedy action == label, over the expressible demonstrations
+    accuracy: float  # greedy action accepted (the label or one of its options), over the expressible labels
     move_accuracy: float  # the same, over labels that are moves
     value_r2: float  # critic's explained variance of the returns (nan without a critic)
     seconds: float
+    own_move_accuracy: float = float("nan")  # greedy action == the teacher's own move, over the moves
 
 
 def pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed: int) -> PretrainStats:
@@ -314,6 +372,7 @@ def _pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed:
     x = torch.as_tensor(demos.features)
     m = torch.as_tensor(demos.masks)
     a = torch.as_tensor(demos.actions)
+    ok = torch.as_tensor(demos.accepted)
     g = torch.as_tensor(demos.returns)
     w = torch.as_tensor(demos.expressible, dtype=torch.float32)  # imitate expressible labels only
     per_app = net.spec.action_mode == "per_app"
@@ -323,14 +382,11 @@ def _pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed:
     for _ in range(warm.epochs):
         for idx in torch.randperm(n, generator=gen).split(warm.batch_size):
             scores = net.masked_scores(x[idx], m[idx])
-            if per_app:
-                logits = scores.reshape(len(idx), net.spec.max_apps, N_MOVES)
-                ce = torch.nn.functional.cross_entropy(
-                    logits.reshape(-1, N_MOVES), a[idx].reshape(-1), reduction="none"
-                )
-                ce = ce.reshape(len(idx), net.spec.max_apps).sum(dim=-1)
-            else:
-                ce = torch.nn.functional.cross_entropy(scores, a[idx], reduction="none")
+            groups = (len(idx), net.spec.max_apps, N_MOVES) if per_app else (len(idx), 1, -1)
+            # -log P(an accepted action), per slot in per-app mode: the cross-entropy of the label
+            # when it is the only one accepted
+            logp = torch.log_softmax(scores.reshape(groups), dim=-1)
+            ce = -torch.logsumexp(logp.masked_fill(~ok[idx].reshape(groups), -math.inf), dim=-1).sum(dim=-1)
             loss = (ce * w[idx]).sum() / w[idx].sum().clamp(min=1.0)
             if net.spec.with_value:
                 loss = loss + warm.value_weight * torch.nn.functional.mse_loss(net.value(x[idx]), g[idx])
@@ -342,9 +398,14 @@ def _pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed:
     with torch.no_grad():
         keep = torch.as_tensor(demos.expressible)
         greedy = net.greedy(x[keep], m[keep])
-        a = a[keep]
-        hit = (greedy == a) if not per_app else (greedy == a).all(dim=-1)
+        a, acc = a[keep], ok[keep]
+        if per_app:
+            slots = acc.reshape(len(a), net.spec.max_apps, N_MOVES)
+            hit = slots.gather(-1, greedy.unsqueeze(-1)).squeeze(-1).all(dim=-1)
+        else:
+            hit = acc.gather(-1, greedy.unsqueeze(-1)).squeeze(-1)
         is_move = (a != 0) if not per_app else (a != 0).any(dim=-1)
+        own = (greedy == a) if not per_app else (greedy == a).all(dim=-1)
         r2 = float("nan")
         if net.spec.with_value:
             v = net.value(x)
@@ -354,4 +415,5 @@ def _pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed:
         float(hit[is_move].float().mean()) if bool(is_move.any()) else float("nan"),
         r2,
         time.perf_counter() - t0,
+        float(own[is_move].float().mean()) if bool(is_move.any()) else float("nan"),
     )

@@ -31,7 +31,7 @@ from agents.rllib.config import (
 from agents.rllib.envs import PerturbedSampler, make_training_env, training_env_config
 from agents.rllib.module import ColocDQNModule, ColocPPOModule, net_model_config
 from env.config import CONFIGS, ConfigError
-from env.features import N_APP_FEATURES
+from env.features import N_APP_FEATURES, N_NODE_FEATURES
 from env.gym_env import EnvConfig
 from env.scenario_sampler import SamplerConfig, ScenarioSampler
 from env.types import N_MOVES
@@ -470,6 +470,94 @@ def test_teacher_decisions_become_labels_in_the_action_layout(mode):
     blocked.reshape(-1)[:] = False
     a, ok = label(Decision(plan.allocation, move=Move.UP_CACHE, app="xapian"), obs, caps, codec, blocked)
     assert not ok and np.array_equal(a, hold)
+
+
+def test_a_label_accepts_the_teachers_options_only_when_they_begin_with_its_move():
+    from agents.rllib.imitation import accepted
+    from env.gym_env import ActionCodec
+    from env.types import Move
+
+    obs, caps = _decision_cases()
+    codec = ActionCodec(4, "single")
+    mask = codec.mask(obs, caps)
+    a = codec.single_index(1, Move.UP_CACHE)  # xapian's
+    opts = (("xapian", Move.UP_CACHE), ("memcached", Move.DOWN_CORE), ("xapian", Move.UP_CORE))
+    got = accepted(a, opts, caps, codec, mask)
+    want = {a, codec.single_index(0, Move.DOWN_CORE), codec.single_index(1, Move.UP_CORE)}
+    assert set(np.flatnonzero(got)) == {i for i in want if mask[i]} | {a} and got.sum() > 1
+    assert set(np.flatnonzero(accepted(a, (), caps, codec, mask))) == {a}  # no options: the label
+    assert set(np.flatnonzero(accepted(a, opts[1:], caps, codec, mask))) == {a}  # not the teacher's own
+    blocked = mask.copy()
+    blocked[codec.single_index(1, Move.UP_CORE)] = 0
+    assert codec.single_index(1, Move.UP_CORE) not in np.flatnonzero(accepted(a, opts, caps, codec, blocked))
+    per_app = ActionCodec(4, "per_app")
+    act = np.array([0, Move.UP_CACHE.value, 0, 0])
+    flat = accepted(act, opts, caps, per_app, per_app.mask(obs, caps))
+    assert flat.reshape(4, N_MOVES).sum(axis=1).tolist() == [1, 1, 1, 1]  # per slot: its label
+    assert flat.reshape(4, N_MOVES)[1, Move.UP_CACHE.value]
+
+
+def test_imitating_options_puts_the_mass_on_what_every_label_accepts():
+    """Three labels of one state, each with the teacher's options: A or B, B or C, B alone. The
+    options loss (-log P(an accepted action)) learns B, which every label accepts; the teacher's
+    own moves alone leave the three about equally likely."""
+    from agents.rllib.imitation import Demonstrations, pretrain
+
+    spec = NetSpec("single", 6, 32, with_value=False)
+    size = spec.n_actions
+    x = np.zeros((300, 6 * N_APP_FEATURES + N_NODE_FEATURES), dtype=np.float32)
+    x[:, 0] = 1.0
+    masks = np.ones((300, size), dtype=np.float32)
+    a_, b_, c_ = 3, 5, 7
+    actions = np.tile([a_, c_, b_], 100)
+    sets = np.zeros((300, size), dtype=bool)
+    sets[0::3, [a_, b_]] = True
+    sets[1::3, [b_, c_]] = True
+    sets[2::3, b_] = True
+    own = np.zeros_like(sets)
+    own[np.arange(300), actions] = True
+    warm = build_train_config({}, ["warm_start.teacher=parties", "warm_start.epochs=60"]).warm_start
+    probs = {}
+    for name, acc in (("options", sets), ("teacher", own)):
+        demos = Demonstrations(x, masks, actions, np.ones(300, bool), acc, np.zeros(300, np.float32), 0, 1)
+        torch.manual_seed(0)
+        net = ColocNet(spec)
+        stats = pretrain(net, demos, warm, seed=0)
+        with torch.no_grad():
+            probs[name] = torch.softmax(
+                net.masked_scores(torch.as_tensor(x[:1]), torch.as_tensor(masks[:1])), -1
+            )[0]
+        if name == "options":  # B is accepted by every label and is the teacher's own move in a third
+            assert stats.accuracy == stats.move_accuracy == 1.0
+            assert stats.own_move_accuracy == pytest.approx(1 / 3)
+    assert probs["options"][b_] > 0.9
+    assert all(abs(float(probs["teacher"][i]) - 1 / 3) < 0.1 for i in (a_, b_, c_))
+
+
+def test_the_oracle_guided_teacher_labels_with_its_options_when_asked():
+    from agents.rllib.imitation import collect_demonstrations
+
+    got = {}
+    for labels in ("options", "teacher"):
+        config = build_train_config(
+            {},
+            [
+                "warm_start.teacher=oracle-guided",
+                "warm_start.episodes=2",
+                "env.sampler.duration_s=[15, 20]",
+                "env.sampler.max_apps=3",
+                f"warm_start.labels={labels}",
+            ],
+        )
+        got[labels] = collect_demonstrations(
+            config, config.warm_start, 0.95, 3, factory_of(config.warm_start.teacher)
+        )
+    opts, own = got["options"], got["teacher"]
+    np.testing.assert_array_equal(opts.actions, own.actions)  # the same teacher, the same moves
+    rows = np.arange(len(opts))
+    assert np.all(opts.accepted[rows, opts.actions]) and np.all(own.accepted.sum(axis=1) == 1)
+    assert (opts.accepted.sum(axis=1) > 1).sum() > 5  # several labels with more than one good move
+    assert np.all(opts.masks[opts.accepted] == 1.0)  # every accepted action is feasible
 
 
 def test_imitation_fits_the_teachers_decisions():

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from baselines.oracle_guided import gaps, move_toward
+from baselines.oracle_guided import gaps, move_options, move_toward
 from env import metrics as M
 from env.allocations import fair_allocation
 from env.config import resolve_config
@@ -53,6 +53,31 @@ def test_a_missing_app_is_upsized_first_then_reclaims_then_the_rest(node):
     step = move_toward(obs2, caps, target)
     assert step is not None and step[1].direction is Direction.UP  # then the remaining upsizes
     assert move_toward(dataclasses.replace(obs, allocation=target), caps, target) is None
+
+
+def test_the_options_are_every_move_of_the_teachers_step_its_own_first(node):
+    """`move_options`: the step that fires (urgent UP, reclaim, the rest's UP) with every app and
+    resource it would take, the move `move_toward` makes first; urgent: the most urgent app only."""
+    caps = node.capabilities()
+    obs = node.observe()
+    cur = obs.allocation
+    # the plan reclaims a core from nginx and a way and a core from xapian, gives memcached a way
+    target = cur.replace_app("nginx", cores=cur["nginx"].cores - 1)
+    target = target.replace_app("xapian", cores=cur["xapian"].cores - 1, llc_ways=cur["xapian"].llc_ways - 1)
+    target = target.replace_app("memcached", llc_ways=cur["memcached"].llc_ways + 1)
+    opts = move_options(obs, caps, target)
+    assert opts[0] == move_toward(obs, caps, target)
+    assert set(opts) == {("nginx", Move.DOWN_CORE), ("xapian", Move.DOWN_CORE), ("xapian", Move.DOWN_CACHE)}
+    # two apps miss, both short of what the plan gives: only the one with the smallest slack is urgent
+    short = cur.replace_app("xapian", cores=cur["xapian"].cores + 1, llc_ways=cur["xapian"].llc_ways + 1)
+    short = short.replace_app("memcached", llc_ways=cur["memcached"].llc_ways + 1)
+    worst = {"xapian": 3.0, "memcached": 1.5}
+    apps = tuple(
+        dataclasses.replace(s, p99_us=worst[s.name] * s.target_us) if s.name in worst else s for s in obs.apps
+    )
+    missing = dataclasses.replace(obs, apps=apps)
+    assert move_options(missing, caps, short) == (("xapian", Move.UP_CORE), ("xapian", Move.UP_CACHE))
+    assert move_options(dataclasses.replace(obs, allocation=target), caps, target) == ()
 
 
 def test_a_trade_makes_before_it_breaks_when_the_unit_is_free(node):
@@ -128,4 +153,8 @@ def test_every_label_is_a_feasible_move(node):
         d = ctl.decide(obs)
         if d.move is not None and d.move is not Move.HOLD:
             assert plan_move(obs, sim.capabilities(), d.app, d.move).feasible
+            assert ctl.options[0] == (d.app, d.move)  # its options begin with its own move
+            assert all(plan_move(obs, sim.capabilities(), a, m).feasible for a, m in ctl.options)
+        else:
+            assert ctl.options == ()
         sim.step(d.allocation)

@@ -74,3 +74,21 @@ def test_a_larger_dagger_share_lets_the_rounds_start_later(no_rllib):
 def test_a_dagger_share_outside_0_1_is_refused(share):
     with pytest.raises(ConfigError, match="dagger_budget_share"):
         _config(f"warm_start.dagger_budget_share={share}")
+
+
+@pytest.mark.parametrize("labels", ["teacher", "options"])
+def test_the_log_gives_the_accuracy_by_the_teachers_own_move_when_options_are_accepted(no_rllib, labels):
+    lines: list[str] = []
+    config = _config(
+        "warm_start.teacher=oracle-guided", "warm_start.dagger_rounds=0", f"warm_start.labels={labels}"
+    )
+    training.warm_start(None, config, lines.append, started=time.perf_counter())
+    text = "\n".join(lines)
+    assert "imitation accuracy" in text
+    assert ("by the teacher's own move alone" in text) == (labels == "options"), text
+
+
+def test_imitation_labels_other_than_teacher_or_options_are_refused():
+    assert _config("warm_start.labels=options").warm_start.labels == "options"
+    with pytest.raises(ConfigError, match=r"warm_start\.labels must be 'teacher' or 'options'"):
+        _config("warm_start.labels=all")
