@@ -736,8 +736,8 @@ def test_parallel_teacher_episodes_give_the_labels_one_process_gives():
     b = collect_demonstrations(two, two.warm_start, 0.95, 3, factory_of(two.warm_start.teacher))
     assert a.moves == b.moves > 0 and a.episodes == b.episodes == 2
     for x, y in zip(
-        (a.features, a.masks, a.actions, a.expressible, a.returns),
-        (b.features, b.masks, b.actions, b.expressible, b.returns),
+        (a.features, a.masks, a.actions, a.expressible, a.accepted, a.returns),
+        (b.features, b.masks, b.actions, b.expressible, b.accepted, b.returns),
         strict=True,
     ):
         np.testing.assert_array_equal(x, y)
