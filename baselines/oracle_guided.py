@@ -38,6 +38,7 @@ miss of the episode. In `per_app` action mode the teacher's label is this one mo
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -83,22 +84,18 @@ def gaps(cur: Allocation, target: Allocation, caps: Capabilities, app: str) -> d
     return {r: units(target, caps, app, r) - units(cur, caps, app, r) for r in ORDER if r in caps.knobs}
 
 
-def move_options(
-    obs: Observation, caps: Capabilities, target: Allocation, cfg: GuidedConfig = GuidedConfig()
-) -> tuple[tuple[str, Move], ...]:
-    """Every move of the first step of the module docstring's order that has one, the teacher's own
-    move first (`move_toward`); () when there is none to make (HOLD). Within a step the order among
-    apps and resources follows what the observation shows (slack) and what it does not (which
-    resources the plan holds below or above the allocation); the moves a student cannot tell apart
-    are equally good labels (`agents.rllib.imitation`, `labels: options`). Step 1 keeps only the
-    app with the smallest slack, which the student sees."""
+def _steps(
+    obs: Observation, caps: Capabilities, target: Allocation, cfg: GuidedConfig
+) -> Iterator[tuple[bool, Iterator[tuple[str, Move]]]]:
+    """The steps of the module docstring's order, each as (is it step 1, its feasible moves in the
+    teacher's order). The moves are generated lazily, so the first costs one `plan_move` per
+    candidate before it and no more."""
     cur = obs.allocation
     slack = {s.name: (s.slack if math.isfinite(s.slack) else -math.inf) for s in obs.apps}
     lc = [a.name for a in caps.lc_apps if a.name in cur and a.name in target]
     g = {a: gaps(cur, target, caps, a) for a in lc}
 
-    def options(apps: list[str], direction: Direction, lc_victim: bool = True) -> list[tuple[str, Move]]:
-        out = []
+    def moves(apps: list[str], direction: Direction, lc_victim: bool = True) -> Iterator[tuple[str, Move]]:
         for a in apps:
             for r in ORDER if direction is Direction.UP else RECLAIM:
                 d = g[a].get(r, 0.0)
@@ -108,21 +105,15 @@ def move_options(
                     m = Move.of(direction, r)
                     planned = plan_move(obs, caps, a, m)
                     if planned.feasible and (lc_victim or planned.counterpart not in lc):
-                        out.append((a, m))
-        return out
+                        yield a, m
 
     by_need = sorted(lc, key=lambda a: slack.get(a, -math.inf))
     urgent = [a for a in by_need if slack.get(a, -math.inf) < cfg.urgent_slack]
     trading = [a for a in by_need if any(g[a].get(r, 0.0) < -0.5 for r in RECLAIM)]
-    found = options(urgent, Direction.UP)
-    if found:  # step 1: the most urgent app that can be given something, alone
-        return tuple(o for o in found if o[0] == found[0][0])
-    found = (
-        options(trading, Direction.UP, lc_victim=False)
-        or options(sorted(lc, key=lambda a: -slack.get(a, -math.inf)), Direction.DOWN)
-        or options(by_need, Direction.UP)
-    )
-    return tuple(found)
+    yield True, moves(urgent, Direction.UP)
+    yield False, moves(trading, Direction.UP, lc_victim=False)
+    yield False, moves(sorted(lc, key=lambda a: -slack.get(a, -math.inf)), Direction.DOWN)
+    yield False, moves(by_need, Direction.UP)
 
 
 def move_toward(
@@ -130,8 +121,27 @@ def move_toward(
 ) -> tuple[str, Move] | None:
     """The one move that leads from the observation's allocation to `target` (module docstring);
     None when there is none to make (HOLD)."""
-    found = move_options(obs, caps, target, cfg)
-    return found[0] if found else None
+    for _, moves in _steps(obs, caps, target, cfg):
+        first = next(moves, None)
+        if first is not None:
+            return first
+    return None
+
+
+def move_options(
+    obs: Observation, caps: Capabilities, target: Allocation, cfg: GuidedConfig = GuidedConfig()
+) -> tuple[tuple[str, Move], ...]:
+    """Every move of the first step of the module docstring's order that has one, the teacher's own
+    move first (`move_toward`); () when there is none to make (HOLD). Within a step the order among
+    apps and resources follows what the observation shows (slack) and what it does not (which
+    resources the plan holds below or above the allocation); the moves a student cannot tell apart
+    are equally good labels (`agents.rllib.imitation`, `labels: options`). Step 1 keeps only the
+    app with the smallest slack, which the student sees."""
+    for step1, moves in _steps(obs, caps, target, cfg):
+        found = list(moves)
+        if found:  # step 1: the most urgent app that can be given something, alone
+            return tuple(o for o in found if not step1 or o[0] == found[0][0])
+    return ()
 
 
 class OracleGuidedController(BaseController):
@@ -144,14 +154,26 @@ class OracleGuidedController(BaseController):
         self.oracle = oracle
         self.cfg = config or GuidedConfig()
         self._start: Allocation | None = None
-        # the last decision's equally good moves, its own first (`move_options`; () = HOLD)
-        self.options: tuple[tuple[str, Move], ...] = ()
+        self._last: tuple[Observation, Allocation] | None = None  # the last decision's state and plan
+        self._options: tuple[tuple[str, Move], ...] | None = None  # its options, once asked for
+
+    @property
+    def options(self) -> tuple[tuple[str, Move], ...]:
+        """The last decision's equally good moves, its own first (`move_options`; () = HOLD).
+        Found only when asked for (a `plan_move` per candidate), once per decision."""
+        if self._options is None:
+            if self._last is None or self.caps is None:
+                self._options = ()
+            else:
+                obs, target = self._last
+                self._options = move_options(obs, self.caps, target, self.cfg)
+        return self._options
 
     def _reset(self) -> None:
         assert self.caps is not None and self.rng is not None
         self.oracle.reset(self.caps, self.rng)
         self._start = None
-        self.options = ()
+        self._last, self._options = None, None
 
     def plan_for(self, obs: Observation) -> Plan:
         """The Oracle's plan for the loads ahead, planned from the episode's first allocation (so
@@ -164,8 +186,8 @@ class OracleGuidedController(BaseController):
         plan = self.plan_for(obs)
         caps = self.caps
         assert caps is not None
-        self.options = move_options(obs, caps, plan.allocation, self.cfg)
-        step = self.options[0] if self.options else None
+        self._last, self._options = (obs, plan.allocation), None
+        step = move_toward(obs, caps, plan.allocation, self.cfg)
         if step is None:
             alloc, notes = adjust_network(obs, obs.allocation, caps)  # outside the moves (PARTIES Alg. 1)
             reason = "oracle-guided: at the Oracle's plan (or no move leads there)"

@@ -134,7 +134,8 @@ class OffersOptions(Protocol):
     """A teacher that names, beside its decision, the moves it holds equally good (its own first):
     `baselines.oracle_guided.OracleGuidedController.options`."""
 
-    options: tuple[tuple[str, Move], ...]
+    @property
+    def options(self) -> tuple[tuple[str, Move], ...]: ...
 
 
 def accepted(
