@@ -58,6 +58,12 @@ Definitions (PARTIES Sec. 5.1-5.4, Heracles Sec. 5, Q-PRM Sec. 6):
   next event or the end). `convergence_s` in summaries is the mean over the converged events (NaN
   when none converged): read it together with `unconverged`.
 * **Decision time**: wall time of `decide()` (`TickRecord.decide_ms`), p50 and p99 over all ticks.
+* **Resources held**: per app and BE job, the mean of each resource of its allocation in force
+  (`HELD_RESOURCES`, `AppAlloc`'s fields and units) over the measured intervals, invalid ones
+  included (an allocation is in force whether or not its latency was measured). Where EMU differs
+  between controllers, this says which app kept the cores or ways the BE job did not get (the
+  comparison behind PARTIES Fig. 9's allocation panels). Apps sharing a core group each count its
+  cores.
 """
 
 from __future__ import annotations
@@ -147,6 +153,26 @@ def violations_per_app(records: Sequence[TickRecord], warmup_s: float = 0.0) -> 
         for a in r.apps:
             out[a.name] = out.get(a.name, 0) + int(a.valid and not a.meets_qos)
     return out
+
+
+HELD_RESOURCES = ("cores", "llc_ways", "freq_mhz", "memory_gb", "disk_mbps")
+
+
+def mean_allocation(records: Sequence[TickRecord], warmup_s: float = 0.0) -> dict[str, dict[str, float]]:
+    """Per app and BE job (in the records' order), the mean of each of `HELD_RESOURCES` over the
+    measured intervals that allocate it (module docstring, "Resources held"); {} without any."""
+    sums: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+    for r in measured(records, warmup_s):
+        for al in r.alloc:
+            acc = sums.setdefault(al.name, [0.0] * len(HELD_RESOURCES))
+            for k, field in enumerate(HELD_RESOURCES):
+                acc[k] += float(getattr(al, field))
+            counts[al.name] = counts.get(al.name, 0) + 1
+    return {
+        name: {field: acc[k] / counts[name] for k, field in enumerate(HELD_RESOURCES)}
+        for name, acc in sums.items()
+    }
 
 
 def invalid_intervals(records: Sequence[TickRecord], warmup_s: float = 0.0) -> int:
@@ -575,6 +601,7 @@ class RunSummary:
     qos_guarantee_per_app: dict[str, float]
     mean_tardiness_per_app: dict[str, float]
     violations_per_app: dict[str, int]
+    mean_allocation: dict[str, dict[str, float]]  # per app and BE job: resource -> mean held
     convergence_events: tuple[ConvergenceEvent, ...]
     window: WindowTail  # from warmup_s to the end of the run (or sustain_measure_s long)
     verdict: str = "window"  # the sustained rule of lc_emu
@@ -682,6 +709,7 @@ def summarize(
         qos_guarantee_per_app=qos_guarantee_per_app(records, warmup_s),
         mean_tardiness_per_app=mean_tardiness_per_app(records, warmup_s),
         violations_per_app=violations_per_app(records, warmup_s),
+        mean_allocation=mean_allocation(records, warmup_s),
         convergence_events=tuple(events),
         window=wt,
         verdict=verdict,

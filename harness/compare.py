@@ -57,6 +57,40 @@ def summary_table(results: list[dict[str, Any]], controllers: Sequence[str]) -> 
     return "\n".join(lines)
 
 
+def allocation_table(results: list[dict[str, Any]], controllers: Sequence[str]) -> str:
+    """Markdown table of the resources held (`env.metrics.mean_allocation`): one row per app and BE
+    job, one column per controller, "cores / LLC ways / GHz", each the mean over its seeds' runs."""
+    apps: list[str] = []
+    for r in results:
+        apps += [a for a in r.get("mean_allocation", {}) if a not in apps]
+    lines = ["| app | " + " | ".join(controllers) + " |", "|" + "---|" * (len(controllers) + 1)]
+    for app in apps:
+        cells = []
+        for c in controllers:
+            held = [
+                r["mean_allocation"][app]
+                for r in results
+                if r["controller"] == c and app in r.get("mean_allocation", {})
+            ]
+            if not held:
+                cells.append("-")
+                continue
+            cores, ways, mhz = (
+                float(np.mean([h[k] for h in held])) for k in ("cores", "llc_ways", "freq_mhz")
+            )
+            cells.append(f"{cores:.2f} / {ways:.1f} / {mhz / 1000:.2f}")
+        lines.append(f"| {app} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _tables(results: list[dict[str, Any]], controllers: Sequence[str]) -> str:
+    return (
+        f"{summary_table(results, controllers)}\n\nResources held, mean over the measured intervals "
+        f"(cores / LLC ways / GHz; apps sharing a core group each count its cores):\n\n"
+        f"{allocation_table(results, controllers)}\n"
+    )
+
+
 UNITS = {
     "qos_guarantee": "fraction of measured intervals with every LC target met (per-interval p99; Q-PRM's metric)",
     "window_sustained": "after the warm-up, every LC app's p99 over all requests to the end of the run meets "
@@ -74,6 +108,8 @@ UNITS = {
     "violations": "measured intervals with at least one LC target missed",
     "decide_ms_p50": "ms",
     "decide_ms_p99": "ms",
+    "mean_allocation": "per app and BE job, the mean over the measured intervals of each resource held: "
+    "cores, llc_ways, freq_mhz, memory_gb, disk_mbps",
 }
 
 
@@ -108,11 +144,10 @@ def run_compare(
             tmp / "summary.json",
             {"scenario": scenario.name, "scenario_file": scenario_file, "units": UNITS, "results": results},
         )
-        table = summary_table(results, specs)
         (tmp / "summary.md").write_text(
             f"# compare: {scenario.name}\n\n{scenario.description}\n\n"
             f"Seeds {seeds}; warm-up {scenario.warmup_s:g} s of {scenario.duration_s:g} s; "
-            f"mean ± standard deviation over seeds.\n\n{table}\n"
+            f"mean ± standard deviation over seeds.\n\n{_tables(results, specs)}"
         )
         write_config(
             tmp / "config.yaml",
@@ -159,7 +194,7 @@ def run_timeline(
         )
         (tmp / "summary.md").write_text(
             f"# timeline: {scenario.name}\n\n{scenario.description}\n\nSeed {seed}.\n\n"
-            f"{summary_table(results, specs)}\n"
+            f"{_tables(results, specs)}"
         )
         write_config(
             tmp / "config.yaml",

@@ -108,6 +108,7 @@ def run_summary(job: RunJob) -> dict[str, Any]:
     row["qos_guarantee_per_app"] = M.json_safe(s.qos_guarantee_per_app)
     row["window_per_app"] = s.window_per_app()
     row["window_note"] = s.window.note
+    row["mean_allocation"] = M.json_safe(s.mean_allocation)
     return row
 
 

@@ -85,6 +85,16 @@ def test_compare_writes_summary_table_config_and_records(tmp_path, capsys):
     md = (out / "summary.md").read_text()
     assert "| unmanaged | 2 |" in md and "| static | 2 |" in md and "±" in md
     assert "| unmanaged | 2 |" in capsys.readouterr().out
+    # resources held: the static controller keeps its allocation, so the mean is the one it applied
+    held = {r["seed"]: r["mean_allocation"] for r in rows if r["controller"] == "static"}
+    first = json.loads((out / "runs" / "static-seed5.jsonl").read_text().splitlines()[-1])
+    for a in first["alloc"]:
+        assert held[5][a["name"]]["cores"] == pytest.approx(a["cores"])
+        assert held[5][a["name"]]["llc_ways"] == pytest.approx(a["llc_ways"])
+    assert set(held[5]) == {"memcached", "nginx", "be_parties"}
+    mc = held[5]["memcached"]
+    cell = f"{mc['cores']:.2f} / {mc['llc_ways']:.1f} / {mc['freq_mhz'] / 1000:.2f}"
+    assert "| memcached | " in md and cell in md.split("Resources held")[1]
     cfg = yaml.safe_load((out / "config.yaml").read_text())
     assert cfg["scenario"]["name"] == "tiny" and cfg["seeds"] == [5, 6] and cfg["guards"]["clamp"] is True
     runs = sorted(p.name for p in (out / "runs").iterdir())

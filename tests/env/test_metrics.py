@@ -11,6 +11,7 @@ import pytest
 from env import metrics as M
 from env.histogram import LatencyHistogram
 from env.loop import AppTick, BeTick, TickRecord
+from env.types import AppAlloc
 
 DT = 0.5
 TARGETS = {"a": 100.0, "b": 1000.0}
@@ -71,6 +72,32 @@ def test_qos_guarantee_counts_only_measured_valid_intervals():
     assert M.violations_per_app(recs) == {"a": 2, "b": 1}
     assert M.invalid_intervals(recs, warmup_s=1.0) == 1
     assert math.isnan(M.qos_guarantee(recs, warmup_s=100.0))
+
+
+def _held(name: str, cores: float, ways: int, mhz: int) -> AppAlloc:
+    return AppAlloc(name, cores, 0, ways, 0, mhz, 8.0, 100.0, 1.0)
+
+
+def test_mean_allocation_averages_what_each_app_held_over_the_measured_intervals():
+    plans = [  # (a, be) per interval; the first is in the warm-up
+        (_held("a", 10, 9, 1200), _held("be", 1, 1, 1200)),
+        (_held("a", 2, 3, 2200), _held("be", 6, 8, 1200)),
+        (_held("a", 4, 5, 3600), _held("be", 4, 6, 1200)),
+    ]
+    recs = [dataclasses.replace(rec(k, valid=(k != 2)), alloc=plan) for k, plan in enumerate(plans)]
+    held = M.mean_allocation(recs, warmup_s=DT)  # interval 2's latency feed failed: its allocation counts
+    assert list(held) == ["a", "be"]
+    assert held["a"] == {
+        "cores": pytest.approx(3.0),
+        "llc_ways": pytest.approx(4.0),
+        "freq_mhz": pytest.approx(2900.0),
+        "memory_gb": pytest.approx(8.0),
+        "disk_mbps": pytest.approx(100.0),
+    }
+    assert held["be"]["cores"] == pytest.approx(5.0) and held["be"]["llc_ways"] == pytest.approx(7.0)
+    assert M.mean_allocation(recs)["a"]["cores"] == pytest.approx(16 / 3)
+    assert M.mean_allocation(recs, warmup_s=100.0) == {}
+    assert M.summarize(recs, warmup_s=DT).mean_allocation == held
 
 
 def test_a_sample_exactly_at_target_meets_it():
