@@ -56,7 +56,8 @@ import yaml
 
 from agents.policy import LAST_POLICY_FILE, POLICY_FILE, atomic_write_bytes
 from agents.rllib.config import ResourcesConfig, TrainConfig, build_train_config, load_train_config, resolved
-from agents.rllib.imitation import EpisodeRunner, collect_demonstrations, pretrain
+from agents.rllib.imitation import Demonstrations, EpisodeRunner, collect_demonstrations, pretrain
+from agents.rllib.learner import DEMOS_FILE, keep_imitating, load_demonstrations, save_demonstrations
 from agents.rllib.runtime import (
     CHECKPOINT_META,
     check_compatible,
@@ -153,6 +154,11 @@ def plan_run(config: TrainConfig, options: RunOptions) -> RunPlan:
             )
         resume = ResumePoint(ckpt, it, int(meta.get("env_steps", 0)))
         in_place = out.resolve() == options.resume.resolve() or out.resolve() in ckpt.resolve().parents
+        if config.algo == "ppo" and config.ppo.imitation_weight > 0 and not _demos_of(ckpt).is_file():
+            raise ConfigError(
+                f"--resume {ckpt}: ppo.imitation_weight keeps imitating the warm start's labels, and its run "
+                f"has no {_demos_of(ckpt)} (trained without imitation_weight? set ppo.imitation_weight=0)"
+            )
         if in_place and options.overwrite:
             raise ConfigError(
                 "--overwrite would delete the run being resumed; drop it or choose another --out"
@@ -181,7 +187,7 @@ def plan_run(config: TrainConfig, options: RunOptions) -> RunPlan:
     return RunPlan(config, dataclasses.replace(options), res, resume, in_place)
 
 
-def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None], started: float) -> None:
+def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None], started: float) -> Demonstrations:
     """Imitate `warm_start.teacher`, then start RL from that network (agents.rllib.imitation).
 
     With a time budget (`max_train_minutes`, counted from `started`, a `time.perf_counter()` time),
@@ -244,6 +250,37 @@ def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None], start
         + "), critic R2 "
         f"{stats.value_r2:.2f}; {fmt_duration(time.perf_counter() - t0)}"
     )
+    return demos
+
+
+def _keep_imitating(
+    algo: Any,
+    config: TrainConfig,
+    out: Path,
+    demos: Demonstrations | None,
+    plan: RunPlan,
+    log: Callable[[str], None],
+) -> None:
+    """With `ppo.imitation_weight`, give the learner the warm start's labels for PPO to keep
+    imitating (`agents.rllib.learner`), kept in the run directory for `--resume`."""
+    if config.algo != "ppo" or config.ppo.imitation_weight <= 0:
+        return
+    if demos is not None:
+        arrays = demos.imitated()
+    else:  # resumed: the labels of the warm start that run had (checked by plan_run)
+        assert plan.resume is not None
+        arrays = load_demonstrations(_demos_of(plan.resume.checkpoint))
+    if demos is not None or not plan.in_place:
+        save_demonstrations(out / DEMOS_FILE, *arrays)
+    n = keep_imitating(algo, *arrays)
+    log(
+        f"PPO keeps imitating the warm start's {n:,} labels (imitation weight {config.ppo.imitation_weight:g})"
+    )
+
+
+def _demos_of(checkpoint: Path) -> Path:
+    """The demonstrations file of the run a checkpoint belongs to (OUT/checkpoints/iter_N)."""
+    return checkpoint.parent.parent / DEMOS_FILE
 
 
 def write_run_json(out: Path, data: dict[str, Any]) -> None:
@@ -362,6 +399,7 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
             "resumed_from": str(plan.resume.checkpoint) if plan.resume else None,
         }
         t_setup = time.perf_counter()
+        demos: Demonstrations | None = None
         algo = build_algo_config(dataclasses.replace(config, seed=seed), plan.resources).build_algo()
         first = 0
         steps_offset = 0
@@ -376,7 +414,7 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
             steps_offset = plan.resume.env_steps
             log(f"resumed from {plan.resume.checkpoint} (iteration {first}, {steps_offset:,} env steps)")
         elif config.warm_start.teacher is not None:
-            warm_start(algo, config, log, started=t_setup)
+            demos = warm_start(algo, config, log, started=t_setup)
         warm_s = time.perf_counter() - t_setup
         out = options.out
         if out.exists() and options.overwrite and not plan.in_place:
@@ -384,6 +422,7 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
         out.mkdir(parents=True, exist_ok=True)
         write_yaml_atomic(out / "config.yaml", resolved(config))
         write_run_json(out, {"status": "training", **run_info})
+        _keep_imitating(algo, config, out, demos, plan, log)
         deadline = None if config.max_train_minutes is None else t_setup + 60.0 * config.max_train_minutes
         selection = None
         if config.selection.episodes > 0:

@@ -18,6 +18,7 @@ from ray.tune.registry import register_env
 from agents.rllib.callbacks import ColocMetricsCallback
 from agents.rllib.config import ResourcesConfig, TrainConfig
 from agents.rllib.envs import make_training_env, training_env_config
+from agents.rllib.learner import IMITATION_SEED, IMITATION_WEIGHT, ColocPPOLearner
 from agents.rllib.module import ColocDQNModule, ColocPPOModule, net_model_config
 
 ENV_ID = "coloc-sim-train"  # the Ray-registered name of `make_training_env`
@@ -48,6 +49,11 @@ def build_algo_config(config: TrainConfig, resources: ResourcesConfig | None = N
             grad_clip=p.grad_clip,
         )
         module = ColocPPOModule
+        if p.imitation_weight > 0:  # PPO's loss plus the warm start's imitation loss
+            algo = algo.learners(
+                learner_class=ColocPPOLearner,
+                learner_config_dict={IMITATION_WEIGHT: p.imitation_weight, IMITATION_SEED: config.seed},
+            )
     else:
         d = config.dqn
         buffer = "PrioritizedEpisodeReplayBuffer" if d.prioritized_replay else "EpisodeReplayBuffer"

@@ -99,6 +99,7 @@ LEARNER_TAGS = {  # RLlib learner metric -> TensorBoard tag
     "qf_loss": "train/qf_loss",
     "qf_mean": "train/q_mean",
     "td_error_mean": "train/td_error_mean",
+    "imitation_loss": "train/imitation_loss",  # ppo.imitation_weight > 0 (agents.rllib.learner)
 }
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,7 +109,10 @@ class PPOSettings:
     """RLlib PPO hyper-parameters (`PPOConfig.training`). `train_batch_size` is env steps per
     learner and iteration; `gamma` is per 500 ms interval (0.95: a ~10 s horizon, the time a
     load change takes to settle). `vf_clip_param` clips the critic's *squared* error: RLlib's
-    default of 10 stops the critic from learning returns of this env (see `reward_scale`)."""
+    default of 10 stops the critic from learning returns of this env (see `reward_scale`).
+    `imitation_weight` > 0 keeps imitating the warm start's labels during PPO: each minibatch adds
+    that weight times the imitation loss over `minibatch_size` of them (`agents.rllib.learner`;
+    needs a `warm_start.teacher`; 0, the default, is PPO alone)."""
 
     lr: float = 3e-4
     gamma: float = 0.95
@@ -123,9 +127,12 @@ class PPOSettings:
     minibatch_size: int = 512
     train_batch_size: int = 4096
     grad_clip: float = 0.5
+    imitation_weight: float = 0.0
 
     def __post_init__(self) -> None:
         require_positive("ppo", lr=self.lr, num_epochs=self.num_epochs, minibatch_size=self.minibatch_size)
+        if not (self.imitation_weight >= 0 and math.isfinite(self.imitation_weight)):
+            raise ConfigError(f"ppo.imitation_weight must be >= 0, got {self.imitation_weight}")
         require_in("ppo", 0.0, 1.0, gamma=self.gamma, gae_lambda=self.gae_lambda)
         if self.minibatch_size > self.train_batch_size:
             raise ConfigError("ppo.minibatch_size must be <= ppo.train_batch_size")
@@ -357,6 +364,10 @@ class TrainConfig:
         if self.algo == "dqn" and self.warm_start.teacher is not None:
             raise ConfigError(
                 "warm_start.teacher: imitation warm start is implemented for ppo only (set it to null)"
+            )
+        if self.algo == "ppo" and self.ppo.imitation_weight > 0 and self.warm_start.teacher is None:
+            raise ConfigError(
+                "ppo.imitation_weight keeps imitating the warm start's labels: it needs a warm_start.teacher"
             )
         if self.algo == "dqn" and self.env.action_mode != "single":
             raise ConfigError(

@@ -44,6 +44,8 @@ kickstarting).
    load step, most of the warm start's time) are searched again only for loads the first run did
    not reach.
 4. `train.py` pushes the weights into the learner (and the env runners) before the first iteration.
+   With `ppo.imitation_weight` > 0 it also gives the learner the expressible labels, and PPO keeps
+   `imitation_loss` beside its own (`agents.rllib.learner`).
 """
 
 from __future__ import annotations
@@ -90,6 +92,11 @@ class Demonstrations:
 
     def __len__(self) -> int:
         return len(self.features)
+
+    def imitated(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(features, masks, accepted) of the expressible labels: what the imitation loss fits."""
+        keep = self.expressible
+        return self.features[keep], self.masks[keep], self.accepted[keep]
 
     def __add__(self, other: Demonstrations) -> Demonstrations:
         """Both sets of labels (DAgger's aggregate)."""
@@ -361,6 +368,21 @@ class PretrainStats:
     own_move_accuracy: float = float("nan")  # greedy action == the teacher's own move, over the moves
 
 
+def imitation_loss(
+    net: ColocNet, x: torch.Tensor, mask: torch.Tensor, accepted: torch.Tensor, weight: torch.Tensor
+) -> torch.Tensor:
+    """The imitation loss of a batch of labels: -log P(an accepted action) under `net`'s masked
+    scores (per slot, summed, in per-app mode), the cross-entropy of the label when it is the only
+    one accepted; mean over the rows weighted by `weight` (0 for a label not imitated). `pretrain`
+    fits it, and PPO keeps it beside its own loss with `ppo.imitation_weight`
+    (`agents.rllib.learner`)."""
+    n = x.shape[0]
+    groups = (n, net.spec.max_apps, N_MOVES) if net.spec.action_mode == "per_app" else (n, 1, -1)
+    logp = torch.log_softmax(net.masked_scores(x, mask).reshape(groups), dim=-1)
+    ce = -torch.logsumexp(logp.masked_fill(~accepted.reshape(groups), -math.inf), dim=-1).sum(dim=-1)
+    return (ce * weight).sum() / weight.sum().clamp(min=1.0)
+
+
 def pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed: int) -> PretrainStats:
     """Fit `net` to the teacher's labels (and its critic to the returns), in place."""
     with one_thread():  # small batches: one thread is faster, and much faster on a busy machine
@@ -382,13 +404,7 @@ def _pretrain(net: ColocNet, demos: Demonstrations, warm: WarmStartConfig, seed:
     net.train()
     for _ in range(warm.epochs):
         for idx in torch.randperm(n, generator=gen).split(warm.batch_size):
-            scores = net.masked_scores(x[idx], m[idx])
-            groups = (len(idx), net.spec.max_apps, N_MOVES) if per_app else (len(idx), 1, -1)
-            # -log P(an accepted action), per slot in per-app mode: the cross-entropy of the label
-            # when it is the only one accepted
-            logp = torch.log_softmax(scores.reshape(groups), dim=-1)
-            ce = -torch.logsumexp(logp.masked_fill(~ok[idx].reshape(groups), -math.inf), dim=-1).sum(dim=-1)
-            loss = (ce * w[idx]).sum() / w[idx].sum().clamp(min=1.0)
+            loss = imitation_loss(net, x[idx], m[idx], ok[idx], w[idx])
             if net.spec.with_value:
                 loss = loss + warm.value_weight * torch.nn.functional.mse_loss(net.value(x[idx]), g[idx])
             opt.zero_grad()

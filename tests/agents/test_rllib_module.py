@@ -310,6 +310,9 @@ def test_every_shipped_training_config_builds_and_round_trips(path: Path):
         (["domain_randomization.factors.threads=[1, 2]"], "domain_randomization.factors.threads"),
         (["eval.scenarios=[nope]"], "eval.scenarios"),
         (["ppo.lr"], "expected key=value"),
+        (["ppo.imitation_weight=-0.1"], "ppo.imitation_weight must be >= 0"),
+        (["ppo.imitation_weight=nan"], "ppo.imitation_weight: expected a number"),
+        (["ppo.imitation_weight=0.5"], "needs a warm_start.teacher"),
     ],
 )
 def test_bad_overrides_name_the_field(overrides, needle):

@@ -316,6 +316,41 @@ def test_train_checkpoint_export_evaluate_and_resume(ray_session, capsys, tmp_pa
     assert rc == 2 and "damaged checkpoint, missing" in err and not fresh.exists()
 
 
+def test_ppo_keeps_imitating_the_warm_start_and_a_resumed_run_its_labels(ray_session, capsys, tmp_path):
+    from agents.rllib.learner import DEMOS_FILE, load_demonstrations
+
+    out = tmp_path / "run"
+    keep = [
+        *TINY,
+        "iterations=1",
+        "warm_start.teacher=parties",
+        "warm_start.episodes=2",
+        "warm_start.epochs=1",
+        "ppo.imitation_weight=1.0",
+        "eval.enabled=false",
+    ]
+    rc, stdout, err = run(
+        capsys, "--config", "ppo-single", "--out", str(out), *(a for o in keep for a in ("--set", o))
+    )
+    assert rc == 0, err
+    assert "PPO keeps imitating the warm start's" in stdout
+    features, masks, accepted = load_demonstrations(out / DEMOS_FILE)
+    assert len(features) == len(masks) == len(accepted) > 0
+    # every kept label accepts an action, and only actions the mask allows
+    assert accepted.any(axis=1).all() and not (accepted & (masks < 0.5)).any()
+    assert "train/imitation_loss" in tb_tags(out / "tb")
+    n = len(features)
+    assert f"imitating the warm start's {n:,} labels" in stdout
+
+    # resumed in place, the learner gets the run's labels back; without them, the resume is refused
+    rc, stdout, err = run(capsys, "--resume", str(out), "--out", str(out), "--set", "iterations=2")
+    assert rc == 0, err
+    assert f"imitating the warm start's {n:,} labels" in stdout and "iter 2/2" in stdout
+    (out / DEMOS_FILE).unlink()
+    rc, _, err = run(capsys, "--resume", str(out), "--out", str(tmp_path / "again"), "--set", "iterations=3")
+    assert rc == 2 and DEMOS_FILE in err and not (tmp_path / "again").exists()
+
+
 def test_the_demo_compares_the_policy_with_every_baseline():
     """`make demo` is `train.py --config demo`: its evaluation lists every baseline of the issue,
     the single-app controllers (Intel PRM, Q-PRM) on the scenarios with one LC app."""
