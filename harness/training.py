@@ -19,6 +19,8 @@ Run directory (`--out OUT`):
     OUT/eval/summary.md         every comparison table
     OUT/run.json                how the run was started (argv, Ray address, resources); at the end
                                 also iterations, env steps, wall times and where things are
+    OUT/demonstrations.npz      with `ppo.imitation_weight`: the warm start's labels PPO keeps
+                                imitating (plain arrays; `--resume` gives them to the learner again)
 
 Everything is validated before anything is created (config, output directory: somewhere a
 directory can be made, and never the working directory with --overwrite; the checkpoint to resume,

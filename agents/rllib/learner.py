@@ -1,12 +1,15 @@
 """PPO's learner, keeping the warm start's imitation loss beside PPO's own (`ppo.imitation_weight`).
 
 Why: fine-tuned by PPO alone, the network imitated from the Oracle-guided teacher drifts from the
-teacher's moves toward holding what it has (README, "Where the learned policy stands": 100
-iterations after the one the unbudgeted run chose, the shipped network holds with probability 0.85
-where it held with 0.6, and takes a core from an app at half its target with probability 0.00).
+teacher's moves toward holding what it has (README, "Where the learned policy stands": where the
+teacher would take a core from xapian at half its target, the shipped network holds with
+probability 0.85 and takes the core with 0.00; 100 PPO iterations earlier, in a similar state, it
+held with 0.6).
 Keeping a behaviour-cloning term on the demonstrations during RL fine-tuning is how DAPG
-(Rajeswaran et al., RSS 2018, Sec. 4.2: "augmented policy gradient") and kickstarting (Schmitt et
-al., 2018) keep what the demonstrations teach while RL improves on them.
+(Rajeswaran et al., RSS 2018, demo augmented policy gradient) and kickstarting (Schmitt et
+al., 2018) keep what the demonstrations teach while RL improves on them. Measured at weight 0.5 it
+did not help (README: EMU higher on 3 of 13 scenarios, QoS on the Q-PRM node far below PARTIES'),
+so the default is 0.
 
 Each PPO minibatch update adds `imitation_weight` x `agents.rllib.imitation.imitation_loss` over
 `minibatch_size` labels drawn uniformly from the warm start's demonstrations (its expressible
