@@ -76,6 +76,7 @@ import numpy as np
 
 from env.histogram import LatencyHistogram, merge, quantile_rank
 from env.loop import AppTick, TickRecord
+from env.types import AppAlloc
 
 WARMUP_S = 30.0  # PARTIES Sec. 5.1
 MEASURE_S = 60.0
@@ -161,17 +162,13 @@ HELD_RESOURCES = ("cores", "llc_ways", "freq_mhz", "memory_gb", "disk_mbps")
 def mean_allocation(records: Sequence[TickRecord], warmup_s: float = 0.0) -> dict[str, dict[str, float]]:
     """Per app and BE job (in the records' order), the mean of each of `HELD_RESOURCES` over the
     measured intervals that allocate it (module docstring, "Resources held"); {} without any."""
-    sums: dict[str, list[float]] = {}
-    counts: dict[str, int] = {}
+    held: dict[str, list[AppAlloc]] = {}
     for r in measured(records, warmup_s):
         for al in r.alloc:
-            acc = sums.setdefault(al.name, [0.0] * len(HELD_RESOURCES))
-            for k, field in enumerate(HELD_RESOURCES):
-                acc[k] += float(getattr(al, field))
-            counts[al.name] = counts.get(al.name, 0) + 1
+            held.setdefault(al.name, []).append(al)
     return {
-        name: {field: acc[k] / counts[name] for k, field in enumerate(HELD_RESOURCES)}
-        for name, acc in sums.items()
+        name: {field: float(np.mean([getattr(al, field) for al in allocs])) for field in HELD_RESOURCES}
+        for name, allocs in held.items()
     }
 
 
