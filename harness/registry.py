@@ -19,6 +19,7 @@ cannot be built without external files, e.g. `rl:` without a trained policy).
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from env.config import ConfigError
@@ -35,6 +36,7 @@ class Entry:
     optional_arg: bool = False  # True: both `name` and `name:ARG` (e.g. parties[:CONFIG.yaml])
     needs_sim: bool = False
     contract_spec: str | None = ""  # "" = the entry's own name
+    check_arg: Callable[[str], None] | None = None  # validates ARG when the spec is parsed
 
 
 # ---- factories: each imports its controller's module on first use --------------------------------------
@@ -116,6 +118,24 @@ def _rl(ctx: ControllerContext, arg: str | None) -> Controller:
     from agents import policy
 
     return policy.make(ctx, arg)
+
+
+def _handoff(ctx: ControllerContext, arg: str | None) -> Controller:
+    from harness.handoff import HandoffController, parse_handoff
+
+    spec = parse_handoff(arg or "")
+    return HandoffController(
+        make_controller(spec.first, ctx), make_controller(spec.second, ctx), spec.switch_s
+    )
+
+
+def _check_handoff(arg: str) -> None:
+    """A handoff's time and both of its specs, checked when the spec is parsed (before any output)."""
+    from harness.handoff import parse_handoff
+
+    spec = parse_handoff(arg)
+    parse_spec(spec.first)
+    parse_spec(spec.second)
 
 
 REGISTRY: dict[str, Entry] = {
@@ -200,6 +220,13 @@ REGISTRY: dict[str, Entry] = {
         arg="PATH",
         contract_spec=None,
     ),
+    "handoff": Entry(
+        _handoff,
+        "FIRST decides until SECONDS, SECOND from then on (does a policy keep what another reached?)",
+        arg="SECONDS:FIRST+SECOND",
+        contract_spec="handoff:10:parties+static",
+        check_arg=_check_handoff,
+    ),
 }
 
 LEARNED_SPECS = ("rl", "bo")
@@ -221,6 +248,8 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
         raise ConfigError(f"controller {spec!r}: empty argument after ':'")
     if entry.arg is None and sep:
         raise ConfigError(f"controller {name!r} takes no argument (got {spec!r})")
+    if entry.check_arg is not None and sep:
+        entry.check_arg(arg)
     return name, (arg if sep else None)
 
 
