@@ -6,6 +6,9 @@
   split leaves over (at least the minimum of each resource, so they are not starved of a CLOS).
   When the LC apps outnumber the CLOSes left for them (e.g. CoCo Fig. 2: six LC containers on a
   4-CLOS CAT), they share CLOSes (`lc_clos_blocks`); every app keeps its equal share of the ways.
+* `lean_start`: the fair start with a random number of LC units (cores, LLC ways) handed to the BE
+  jobs: a start-state distribution for training, so that episodes also begin where the apps hold
+  little (what the fair start rarely leads a cautious policy to).
 * `unmanaged_allocation`: no isolation at all (PARTIES Sec. 5.2.3, "Unmanaged"): every app and BE
   job shares all cores, the whole LLC, memory, disk and network; frequency is left to the governor
   (turbo when busy).
@@ -16,7 +19,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from env.types import Allocation, AppAlloc, Capabilities, validate_allocation
+import numpy as np
+
+from env.types import Allocation, AppAlloc, Capabilities, Direction, Move, Resource, validate_allocation
 
 BE_GROUP = 0  # core group and CLOS shared by BE jobs
 
@@ -99,6 +104,29 @@ def fair_allocation(caps: Capabilities) -> Allocation:
         )
     alloc = Allocation.of(apps, caps)
     validate_allocation(alloc, caps)  # an AllocationError (a ValueError): the apps do not fit
+    return alloc
+
+
+LEAN_START_RESOURCES = (Resource.CORE, Resource.CACHE)  # what a cautious policy over-holds
+
+
+def lean_start(caps: Capabilities, rng: np.random.Generator, max_moves: int) -> Allocation:
+    """`fair_allocation` after k DOWN moves, k uniform in 0..`max_moves`: each a core or an LLC way
+    (`LEAN_START_RESOURCES`) of a random LC app, given to the first BE job (the idle pool without
+    one), as PARTIES' downsizing gives it (Sec. 4.2.4). A move the app cannot make (at its
+    minimum) is skipped, so k is an upper bound on the units moved. Every draw comes from `rng`."""
+    if max_moves < 0:
+        raise ValueError(f"lean_start: max_moves must be >= 0, got {max_moves}")
+    alloc = fair_allocation(caps)
+    lc = [a.name for a in caps.lc_apps]
+    if not lc:
+        return alloc
+    to = next((b.name for b in caps.be_apps if b.name in alloc), None)
+    for _ in range(int(rng.integers(0, max_moves + 1))):
+        app = lc[int(rng.integers(len(lc)))]
+        move = Move.of(Direction.DOWN, LEAN_START_RESOURCES[int(rng.integers(len(LEAN_START_RESOURCES)))])
+        if alloc.move_feasible(app, move, caps, to):
+            alloc = alloc.with_move(app, move, caps, to)
     return alloc
 
 

@@ -15,7 +15,7 @@ from `env.rewards`, training scenarios from `env.scenario_sampler`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_type_hints
 
@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from env.allocations import fair_allocation, lean_start
 from env.config import ConfigError, build
 from env.features import FeatureConfig, ObservationEncoder
 from env.guards import GuardChain, GuardsConfig, build_guards
@@ -57,6 +58,10 @@ class EnvConfig:
       `SamplerConfig()` (`for_simulation`).
     * `episode_intervals`: episode length in control intervals; None = the scenario's duration
       (`DEFAULT_EPISODE_S` when the node runs its own scenario and does not expose it).
+    * `lean_start_moves`: on a simulated node, each episode starts from `env.allocations.lean_start`
+      (the fair start with up to this many LC cores and LLC ways given to the BE jobs, drawn from
+      the env's generator) instead of the fair start; 0 (the default) = the fair start. A node the
+      env does not simulate starts where it is.
     * `reward`, `features`: weights of the default reward and node scales of the features.
     * `guards`: the guard chain every action passes before it reaches the node (`env.guards`;
       clamp only by default). Choose the chain the policy will be served under: a policy trained
@@ -68,6 +73,7 @@ class EnvConfig:
     scenario: str | Scenario | None = None
     sampler: SamplerConfig | None = None
     episode_intervals: int | None = None
+    lean_start_moves: int = 0
     reward: RewardConfig = field(default_factory=RewardConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
     guards: GuardsConfig = field(default_factory=GuardsConfig)
@@ -79,6 +85,8 @@ class EnvConfig:
             raise ConfigError(f"env.action_mode: {self.action_mode!r}; choose 'single' or 'per_app'")
         if self.episode_intervals is not None and self.episode_intervals < 1:
             raise ConfigError(f"env.episode_intervals must be >= 1 (or null), got {self.episode_intervals}")
+        if self.lean_start_moves < 0:
+            raise ConfigError(f"env.lean_start_moves must be >= 0, got {self.lean_start_moves}")
         s = self.sampler
         if s is not None:
             for x in (s, *(a.sampler for a in s.also)):
@@ -489,10 +497,12 @@ class NodeEnv(gym.Env):
             assert scenario is not None  # for_simulation() guarantees a scenario or a sampler
             from env.sim.node import SimNode  # the simulator loads numba kernels: import on first use
 
-            self.node = SimNode(scenario, seed=node_seed, histograms=False)  # the policy sees p99s only
-            obs = self.node.observe()
+            self.node = SimNode(
+                scenario, seed=node_seed, histograms=False, initial=self._start() or fair_allocation
+            )
+            obs = self.node.observe()  # the policy sees p99s only (no histograms)
         else:
-            obs = self.node.reset(node_seed, scenario)
+            obs = self._reset_node(node_seed, scenario)
         caps = self.node.capabilities()
         running = scenario if scenario is not None else getattr(self.node, "scenario", None)
         self._length = self.planner.episode_intervals(running, caps)
@@ -537,6 +547,21 @@ class NodeEnv(gym.Env):
     @property
     def capabilities(self) -> Capabilities | None:
         return self._caps
+
+    def _start(self) -> Callable[[Capabilities], Allocation] | None:
+        """The episode's start allocation on a simulated node (`EnvConfig.lean_start_moves`; None =
+        the node's own start)."""
+        n, rng = self.config.lean_start_moves, self.np_random
+        return (lambda caps: lean_start(caps, rng, n)) if n else None
+
+    def _reset_node(self, node_seed: int, scenario: Scenario | None) -> Observation:
+        assert self.node is not None
+        if self.config.lean_start_moves:
+            from env.sim.node import SimNode  # only a simulated node starts where it is told
+
+            if isinstance(self.node, SimNode):
+                return self.node.reset(node_seed, scenario, initial=self._start())
+        return self.node.reset(node_seed, scenario)
 
     def _observe(self, obs: Observation, previous: Observation | None) -> tuple[np.ndarray, np.ndarray]:
         """The encoded observation and its action mask; both are kept for the next step."""

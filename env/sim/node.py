@@ -99,7 +99,15 @@ class SimNode:
     def current_allocation(self) -> Allocation:
         return self._alloc
 
-    def reset(self, seed: int | None = None, scenario: Scenario | str | None = None) -> Observation:
+    def reset(
+        self,
+        seed: int | None = None,
+        scenario: Scenario | str | None = None,
+        *,
+        initial: Callable[[Capabilities], Allocation] | None = None,
+    ) -> Observation:
+        """Start `scenario` (default: the current one) at t = 0 with seed `seed`, from `initial`'s
+        allocation (default: the node's own start, PARTIES' fair start unless told otherwise)."""
         if scenario is not None:
             self._scenario = load_scenario(scenario) if isinstance(scenario, str) else scenario
         scn = self._scenario
@@ -145,7 +153,7 @@ class SimNode:
         self._loads = np.zeros((len(self._lc_idx), 0))
         self._k = 0  # intervals simulated
         self._clock.reset()
-        self._alloc = self._initial(self._caps)
+        self._alloc = (initial or self._initial)(self._caps)
         validate_allocation(self._alloc, self._caps)
         self._sim.set_alloc_rows(self._index, alloc_rows(lay, self._alloc, None))
         self._obs = self._advance()
@@ -335,8 +343,15 @@ class SimFleet:
     def __len__(self) -> int:
         return len(self.nodes)
 
-    def reset(self, i: int, seed: int | None = None, scenario: Scenario | str | None = None) -> Observation:
-        return self.nodes[i].reset(seed, scenario)
+    def reset(
+        self,
+        i: int,
+        seed: int | None = None,
+        scenario: Scenario | str | None = None,
+        *,
+        initial: Callable[[Capabilities], Allocation] | None = None,
+    ) -> Observation:
+        return self.nodes[i].reset(seed, scenario, initial=initial)
 
     def step(self, allocations: list[Allocation | None] | None = None) -> list[Observation]:
         allocations = allocations or [None] * len(self.nodes)

@@ -8,6 +8,8 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import env.gym_env  # noqa: F401 - registers the ids
+from env.allocations import fair_allocation
+from env.config import ConfigError
 from env.gym_env import EnvConfig, NodeEnv
 from env.sim.engine import SimBatch
 from env.sim.scenario import simple_scenario
@@ -181,3 +183,31 @@ def test_one_batch_steps_nodes_of_different_platforms_and_intervals():
         caps = vec.capabilities(i)
         assert caps is not None and caps.cores == cores[kind]
         assert vec.observations()[i].time_s == pytest.approx(11 * caps.interval_s)  # 1 s vs 500 ms intervals
+
+
+def test_lean_start_sub_env_i_starts_where_the_scalar_env_seeded_seed_plus_i_starts():
+    """`lean_start_moves`: each episode starts from `env.allocations.lean_start` drawn from the
+    sub-env's generator, after its scenario, as the scalar env draws it."""
+    cfg = EnvConfig(scenario=THREE, max_apps=4, lean_start_moves=10)
+    vec = NodeVectorEnv(4, cfg)
+    vec.reset(seed=30)
+    fair = fair_allocation(vec.capabilities(0))
+    starts = [obs.allocation for obs in vec.observations()]
+    assert sum(a != fair for a in starts) >= 2  # most draws move some units
+    for i, a in enumerate(starts):
+        scalar = NodeEnv(cfg)
+        scalar.reset(seed=30 + i)
+        assert scalar.node.current_allocation() == a
+    later = []  # later episodes of the same env (its SimNode reset, not rebuilt) start lean too
+    for _ in range(5):
+        scalar.reset()
+        later.append(scalar.node.current_allocation())
+    assert any(a != fair for a in later) and len({repr(a) for a in later}) > 1
+    plain = NodeVectorEnv(2, EnvConfig(scenario=THREE, max_apps=4))
+    plain.reset(seed=30)
+    assert all(obs.allocation == fair for obs in plain.observations())
+
+
+def test_lean_start_moves_must_not_be_negative():
+    with pytest.raises(ConfigError, match="lean_start_moves"):
+        EnvConfig(lean_start_moves=-1)
