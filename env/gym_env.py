@@ -132,6 +132,14 @@ class EnvConfig:
         return dataclasses.replace(base, **changes, **ready) if changes or ready else base
 
 
+def episode_start(config: EnvConfig, rng: np.random.Generator) -> Callable[[Capabilities], Allocation] | None:
+    """An episode's start allocation on a simulated node, drawn from `rng` when the node builds it
+    (`EnvConfig.lean_start_moves`: `env.allocations.lean_start`); None = the node's own start. The
+    one rule of `NodeEnv` and `NodeVectorEnv`."""
+    n = config.lean_start_moves
+    return (lambda caps: lean_start(caps, rng, n)) if n else None
+
+
 # ---- actions ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DecodedAction:
@@ -549,10 +557,7 @@ class NodeEnv(gym.Env):
         return self._caps
 
     def _start(self) -> Callable[[Capabilities], Allocation] | None:
-        """The episode's start allocation on a simulated node (`EnvConfig.lean_start_moves`; None =
-        the node's own start)."""
-        n, rng = self.config.lean_start_moves, self.np_random
-        return (lambda caps: lean_start(caps, rng, n)) if n else None
+        return episode_start(self.config, self.np_random)
 
     def _reset_node(self, node_seed: int, scenario: Scenario | None) -> Observation:
         assert self.node is not None

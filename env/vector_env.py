@@ -20,7 +20,7 @@ Autoreset (`metadata["autoreset_mode"]`): `NEXT_STEP` (default, what RLlib 2.60 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,6 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
-from env.allocations import lean_start
 from env.config import ConfigError
 from env.features import ObservationEncoder
 from env.guards import build_guards
@@ -38,6 +37,7 @@ from env.gym_env import (
     DecodedAction,
     EnvConfig,
     EpisodePlanner,
+    episode_start,
     guarded_target,
     mask_space,
     masked_observation,
@@ -240,7 +240,7 @@ class NodeVectorEnv(VectorEnv):
                 f"scenario {scenario.name!r} needs {build_layout(scenario).n} simulator components; this vector "
                 f"env was built for {self._width} (reset all sub-envs with a seed to rebuild it)"
             )
-        obs = self.fleet.reset(i, node_seed, scenario, initial=self._start(i))
+        obs = self.fleet.reset(i, node_seed, scenario, initial=episode_start(self.config, self._rngs[i]))
         caps = self.fleet.nodes[i].capabilities()
         self._caps[i] = caps
         self._guards[i].reset(caps)
@@ -250,11 +250,6 @@ class NodeVectorEnv(VectorEnv):
         self._done[i] = False
         self._set_obs(i, obs, previous=None)
         return reset_info(obs, self._mask[i].copy(), scenario.name)
-
-    def _start(self, i: int) -> Callable[[Capabilities], Allocation] | None:
-        """Sub-env i's start allocation (`EnvConfig.lean_start_moves`; None = the fair start)."""
-        n, rng = self.config.lean_start_moves, self._rngs[i]
-        return (lambda caps: lean_start(caps, rng, n)) if n else None
 
     def _set_obs(self, i: int, obs: Observation, previous: Observation | None) -> None:
         caps = self._caps[i]

@@ -21,6 +21,7 @@ directory (`DEMOS_FILE`), from which `--resume` gives them to the learner again.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 
+from agents.policy import atomic_write_bytes
 from agents.rllib.imitation import imitation_loss
 from agents.rllib.module import ColocPPOModule
 
@@ -91,11 +93,10 @@ def keep_imitating(algo: Any, features: np.ndarray, masks: np.ndarray, accepted:
 
 
 def save_demonstrations(path: Path, features: np.ndarray, masks: np.ndarray, accepted: np.ndarray) -> None:
-    """Write the imitated labels to `path` (`DEMOS_FILE`), atomically."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as f:
-        np.savez(f, features=features, masks=masks, accepted=accepted)
-    tmp.replace(path)
+    """Write the imitated labels to `path` (`DEMOS_FILE`), never half-written (`atomic_write_bytes`)."""
+    buf = io.BytesIO()
+    np.savez(buf, features=features, masks=masks, accepted=accepted)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def load_demonstrations(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
