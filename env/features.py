@@ -35,6 +35,7 @@ from gymnasium import spaces
 from env.types import Allocation, AppAlloc, AppSample, Capabilities, Observation
 
 LOG_TARDINESS_SPAN = 2.0  # log10(p99 / target) in [-2, 2] (1/100x .. 100x the target) maps to [-1, 1]
+TARGET_LOG10_SPAN = 7.0  # log10(QoS target in us) in [0, 7] (1 us .. 10 s) maps to [0, 1]
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,12 @@ APP_FEATURES: tuple[Feature, ...] = (
     Feature("d_freq_level", -1, 1, "sign of the change of the frequency cap since the previous observation"),
     Feature("d_memory", -1, 1, "sign of the change of the memory limit since the previous observation"),
     Feature("d_disk", -1, 1, "sign of the change of the disk limit since the previous observation"),
+    Feature(
+        "qos_target",
+        0,
+        1,
+        "log10(QoS target in us) / 7, clipped: which kind of service the slot holds (0.40 at 600 us, 0.91 at 2.5 s)",
+    ),
 )
 
 NODE_FEATURES: tuple[Feature, ...] = (
@@ -164,6 +171,15 @@ def _log_tardiness(s: AppSample | None) -> float | None:
     if s is not None and s.valid and math.isfinite(s.p99_us) and s.p99_us > 0 and s.target_us > 0:
         return math.log10(s.p99_us / s.target_us) / LOG_TARDINESS_SPAN
     return None
+
+
+def _log_target(target_us: float) -> float:
+    """The QoS target on a log scale (1 us .. 10 s -> 0 .. 1): the one thing PARTIES knows of an app
+    beforehand (Sec. 4.3), and enough to tell the kinds of service apart (their targets span 600 us
+    to 2.5 s, Table 2); 0 when the target is unknown."""
+    if math.isfinite(target_us) and target_us > 1.0:
+        return math.log10(target_us) / TARGET_LOG10_SPAN
+    return 0.0
 
 
 def _be_allocs(alloc: Allocation, caps: Capabilities) -> list[AppAlloc]:
@@ -243,6 +259,7 @@ class ObservationEncoder:
             row[_A["memory"]] = a.memory_gb / caps.memory_gb
             row[_A["disk"]] = a.disk_mbps / caps.disk_mbps
             row[_A["net"]] = a.net_gbps / caps.net_gbps
+            row[_A["qos_target"]] = _log_target(spec.qos_target_us)
             if previous is not None and spec.name in previous.allocation:
                 b = previous.allocation[spec.name]
                 row[_A["d_cores"]] = _sign(a.cores, b.cores)

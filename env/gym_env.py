@@ -378,50 +378,51 @@ class NodeEnv(gym.Env):
 
     ## Observation Space
 
-    `Box(shape=(25 * max_apps + 14,), dtype=float32)`: one block of 25 features per LC app slot
+    `Box(shape=(26 * max_apps + 14,), dtype=float32)`: one block of 26 features per LC app slot
     (zero with `present = 0` for empty slots), then 14 node features (`env.features`). Bounds:
 
     | index | feature | range | meaning |
     |---|---|---|---|
-    | 0 + 25k | app[k].present | [0, 1] | 1 if this slot holds an LC app, 0 for padding |
-    | 1 + 25k | app[k].latency_valid | [0, 1] | 1 if the p99 sample is a measurement (feed alive), else 0 |
-    | 2 + 25k | app[k].slack | [-1, 1] | (target - p99) / target, clipped; > 0 means QoS met |
-    | 3 + 25k | app[k].log_tardiness | [-1, 1] | log10(p99 / target) / 2, clipped: 0 at the target, 1 at 100x |
-    | 4 + 25k | app[k].load | [0, 2] | offered load / max load (PARTIES Table 2), clipped |
-    | 5 + 25k | app[k].drop_frac | [0, 1] | dropped / offered requests |
-    | 6 + 25k | app[k].cpu_util | [0, 1] | busy fraction of the app's cores |
-    | 7 + 25k | app[k].llc_occupancy | [0, 1] | LLC MB used / MB of the app's ways |
-    | 8 + 25k | app[k].mem_bw | [0, 1] | memory bandwidth used / node peak |
-    | 9 + 25k | app[k].memory_used | [0, 1.5] | resident memory / memory limit |
-    | 10 + 25k | app[k].disk_used | [0, 1.5] | disk bandwidth used / disk limit |
-    | 11 + 25k | app[k].net_used | [0, 1.5] | network bandwidth used / network limit |
-    | 12 + 25k | app[k].freq_achieved | [0, 1] | achieved core frequency / highest level (turbo) |
-    | 13 + 25k | app[k].cores | [0, 1] | allocated cores / node cores |
-    | 14 + 25k | app[k].llc_ways | [0, 1] | allocated LLC ways / node ways |
-    | 15 + 25k | app[k].freq_level | [0, 1] | index of the frequency cap in the node's levels / (levels - 1) |
-    | 16 + 25k | app[k].memory | [0, 1] | memory limit / node memory |
-    | 17 + 25k | app[k].disk | [0, 1] | disk limit / node disk bandwidth |
-    | 18 + 25k | app[k].net | [0, 1] | network limit / node network bandwidth |
-    | 19 + 25k | app[k].d_log_tardiness | [-1, 1] | log_tardiness minus the previous observation's (0 if either is invalid) |
-    | 20 + 25k | app[k].d_cores | [-1, 1] | sign of the change of cores since the previous observation |
-    | 21 + 25k | app[k].d_llc_ways | [-1, 1] | sign of the change of LLC ways since the previous observation |
-    | 22 + 25k | app[k].d_freq_level | [-1, 1] | sign of the change of the frequency cap since the previous observation |
-    | 23 + 25k | app[k].d_memory | [-1, 1] | sign of the change of the memory limit since the previous observation |
-    | 24 + 25k | app[k].d_disk | [-1, 1] | sign of the change of the disk limit since the previous observation |
-    | 25M + 0 | node.obs_valid | [0, 1] | 1 if the whole observation is valid and fresh (stale_s = 0) |
-    | 25M + 1 | node.mem_bw | [0, 1] | node memory bandwidth / node peak |
-    | 25M + 2 | node.power | [0, 1.5] | socket power / TDP (0 if the TDP is unknown) |
-    | 25M + 3 | node.be_throughput | [0, 1.5] | BE throughput, normalised to the BE job alone on the node |
-    | 25M + 4 | node.be_present | [0, 1] | 1 if the node runs a BE job |
-    | 25M + 5 | node.be_cores | [0, 1] | cores of the BE jobs' core groups / node cores |
-    | 25M + 6 | node.be_llc_ways | [0, 1] | LLC ways of the BE jobs' CLOSes / node ways |
-    | 25M + 7 | node.be_freq_level | [0, 1] | BE frequency level index / (levels - 1) |
-    | 25M + 8 | node.be_memory | [0, 1] | BE memory limits / node memory |
-    | 25M + 9 | node.be_disk | [0, 1] | BE disk limits / node disk bandwidth |
-    | 25M + 10 | node.idle_cores | [0, 1] | cores held by nobody / node cores |
-    | 25M + 11 | node.idle_llc_ways | [0, 1] | LLC ways in no CLOS / node ways |
-    | 25M + 12 | node.idle_memory | [0, 1] | memory under no limit / node memory |
-    | 25M + 13 | node.idle_disk | [0, 1] | disk bandwidth under no limit / node disk bandwidth |
+    | 0 + 26k | app[k].present | [0, 1] | 1 if this slot holds an LC app, 0 for padding |
+    | 1 + 26k | app[k].latency_valid | [0, 1] | 1 if the p99 sample is a measurement (feed alive), else 0 |
+    | 2 + 26k | app[k].slack | [-1, 1] | (target - p99) / target, clipped; > 0 means QoS met |
+    | 3 + 26k | app[k].log_tardiness | [-1, 1] | log10(p99 / target) / 2, clipped: 0 at the target, 1 at 100x |
+    | 4 + 26k | app[k].load | [0, 2] | offered load / max load (PARTIES Table 2), clipped |
+    | 5 + 26k | app[k].drop_frac | [0, 1] | dropped / offered requests |
+    | 6 + 26k | app[k].cpu_util | [0, 1] | busy fraction of the app's cores |
+    | 7 + 26k | app[k].llc_occupancy | [0, 1] | LLC MB used / MB of the app's ways |
+    | 8 + 26k | app[k].mem_bw | [0, 1] | memory bandwidth used / node peak |
+    | 9 + 26k | app[k].memory_used | [0, 1.5] | resident memory / memory limit |
+    | 10 + 26k | app[k].disk_used | [0, 1.5] | disk bandwidth used / disk limit |
+    | 11 + 26k | app[k].net_used | [0, 1.5] | network bandwidth used / network limit |
+    | 12 + 26k | app[k].freq_achieved | [0, 1] | achieved core frequency / highest level (turbo) |
+    | 13 + 26k | app[k].cores | [0, 1] | allocated cores / node cores |
+    | 14 + 26k | app[k].llc_ways | [0, 1] | allocated LLC ways / node ways |
+    | 15 + 26k | app[k].freq_level | [0, 1] | index of the frequency cap in the node's levels / (levels - 1) |
+    | 16 + 26k | app[k].memory | [0, 1] | memory limit / node memory |
+    | 17 + 26k | app[k].disk | [0, 1] | disk limit / node disk bandwidth |
+    | 18 + 26k | app[k].net | [0, 1] | network limit / node network bandwidth |
+    | 19 + 26k | app[k].d_log_tardiness | [-1, 1] | log_tardiness minus the previous observation's (0 if either is invalid) |
+    | 20 + 26k | app[k].d_cores | [-1, 1] | sign of the change of cores since the previous observation |
+    | 21 + 26k | app[k].d_llc_ways | [-1, 1] | sign of the change of LLC ways since the previous observation |
+    | 22 + 26k | app[k].d_freq_level | [-1, 1] | sign of the change of the frequency cap since the previous observation |
+    | 23 + 26k | app[k].d_memory | [-1, 1] | sign of the change of the memory limit since the previous observation |
+    | 24 + 26k | app[k].d_disk | [-1, 1] | sign of the change of the disk limit since the previous observation |
+    | 25 + 26k | app[k].qos_target | [0, 1] | log10(QoS target in us) / 7, clipped: which kind of service the slot holds (0.40 at 600 us, 0.91 at 2.5 s) |
+    | 26M + 0 | node.obs_valid | [0, 1] | 1 if the whole observation is valid and fresh (stale_s = 0) |
+    | 26M + 1 | node.mem_bw | [0, 1] | node memory bandwidth / node peak |
+    | 26M + 2 | node.power | [0, 1.5] | socket power / TDP (0 if the TDP is unknown) |
+    | 26M + 3 | node.be_throughput | [0, 1.5] | BE throughput, normalised to the BE job alone on the node |
+    | 26M + 4 | node.be_present | [0, 1] | 1 if the node runs a BE job |
+    | 26M + 5 | node.be_cores | [0, 1] | cores of the BE jobs' core groups / node cores |
+    | 26M + 6 | node.be_llc_ways | [0, 1] | LLC ways of the BE jobs' CLOSes / node ways |
+    | 26M + 7 | node.be_freq_level | [0, 1] | BE frequency level index / (levels - 1) |
+    | 26M + 8 | node.be_memory | [0, 1] | BE memory limits / node memory |
+    | 26M + 9 | node.be_disk | [0, 1] | BE disk limits / node disk bandwidth |
+    | 26M + 10 | node.idle_cores | [0, 1] | cores held by nobody / node cores |
+    | 26M + 11 | node.idle_llc_ways | [0, 1] | LLC ways in no CLOS / node ways |
+    | 26M + 12 | node.idle_memory | [0, 1] | memory under no limit / node memory |
+    | 26M + 13 | node.idle_disk | [0, 1] | disk bandwidth under no limit / node disk bandwidth |
 
     (k = slot 0..max_apps-1, M = max_apps.) A failed latency feed gives `latency_valid = 0` with
     slack and tardiness 0, never a fake measurement. The `d_*` features compare with the observation

@@ -273,12 +273,17 @@ def test_exported_module_picks_the_actions_of_rllib_inference(ray_session, tmp_p
     # with the same random, sharpened weights loaded into both, so that many actions are compared
     compared, _ = compare_actions(rllib_module, exported, mode)
     assert compared == 48
-    torch.manual_seed(1)
-    varied = sharpen(ColocNet(exported.meta.net)).state_dict()
-    rllib_module.net.load_state_dict(varied)
-    exported.net.load_state_dict(varied)
-    compared, seen = compare_actions(rllib_module, exported, mode)
-    assert compared == 48 and len(seen) > 1  # a real comparison: not one action for every observation
+    # (a random draw may still score one action highest everywhere: the first of a few that does not)
+    for seed in range(1, 6):
+        torch.manual_seed(seed)
+        varied = sharpen(ColocNet(exported.meta.net)).state_dict()
+        rllib_module.net.load_state_dict(varied)
+        exported.net.load_state_dict(varied)
+        compared, seen = compare_actions(rllib_module, exported, mode)
+        assert compared == 48
+        if len(seen) > 1:
+            break
+    assert len(seen) > 1  # a real comparison: not one action for every observation
 
 
 def compare_actions(rllib_module, exported, mode: str) -> tuple[int, set[str]]:

@@ -157,6 +157,27 @@ def test_features_encode_the_observation(started):
     assert node[5] == pytest.approx(obs.allocation["be_parties"].cores / caps.cores)
 
 
+def test_each_slot_says_which_kind_of_service_it_holds_by_its_qos_target(started):
+    """The QoS target, the one fact PARTIES knows of an app beforehand (Sec. 4.3), on a log scale:
+    memcached's 600 us, xapian's 5 ms and nginx's 10 ms tell the three slots apart, and it stays
+    known while the app's latency feed is down."""
+    env, _ = started
+    obs, caps = env.observation, env.capabilities
+    col = env.encoder.index("app0.qos_target")
+    x = env.encoder.encode(obs, caps)
+    got = {spec.name: x[col + k * N_APP_FEATURES] for k, spec in enumerate(caps.lc_apps)}
+    assert got == pytest.approx(
+        {"memcached": np.log10(600) / 7, "xapian": np.log10(5000) / 7, "nginx": 4 / 7}
+    )
+    broken = dataclasses.replace(obs.apps[0], p99_us=float("nan"), valid=False)
+    blind = env.encoder.encode(dataclasses.replace(obs, apps=(broken, *obs.apps[1:])), caps)
+    assert blind[col] == x[col] > 0
+    unknown = dataclasses.replace(
+        caps, apps=(dataclasses.replace(caps.apps[0], qos_target_us=float("nan")), *caps.apps[1:])
+    )
+    assert env.encoder.encode(obs, unknown)[col] == 0.0  # no target given: 0, not a guess
+
+
 def test_a_failed_latency_feed_is_flagged_not_faked(started):
     env, _ = started
     obs, caps = env.observation, env.capabilities
