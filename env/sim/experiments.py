@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from env.histogram import LatencyHistogram, merge
-from env.metrics import allowed_over
+from env.metrics import TAIL_Q, allowed_over
 from env.sim import model as M
 from env.sim.engine import Layout, alloc_rows, build_layout, component_rows, meet_probability, platform_row
 from env.sim.node import SimNode
@@ -377,12 +377,12 @@ def run_window(
     node = SimNode(setup.scenario, seed=seed, initial=setup.allocation, histograms=histograms)
     dt = node.capabilities().interval_s
     n_warm, n_meas = round(warmup_s / dt), round(measure_s / dt)
-    names = [a.name for a in node.capabilities().lc_apps]
+    lc_apps = node.capabilities().lc_apps
+    names = [a.name for a in lc_apps]
     req = dict.fromkeys(names, 0.0)
     slow = dict.fromkeys(names, 0.0)
     ratios: dict[str, list[float]] = {n: [] for n in names}
     hists: dict[str, list[LatencyHistogram]] = {n: [] for n in names}
-    targets: dict[str, float] = {}
     met_all = 0
     for k in range(n_warm + n_meas):
         obs = node.step()
@@ -393,7 +393,6 @@ def run_window(
             req[s.name] += s.requests
             slow[s.name] += s.requests * tails[s.name]
             ratios[s.name].append(s.p99_us / s.target_us)
-            targets[s.name] = s.target_us
             if s.histogram is not None:
                 hists[s.name].append(s.histogram)
         met_all += obs.all_qos_met
@@ -404,8 +403,8 @@ def run_window(
         "interval_meet_fraction": met_all / n_meas,
     }
     if histograms:
-        merged = {a: merge(h) for a, h in hists.items()}
-        out["window_p99_over_target"] = {a: m.quantile_us(0.99) / targets[a] for a, m in merged.items() if m}
+        merged = {a.name: (merge(hists[a.name]), a.qos_target_us) for a in lc_apps}
+        out["window_p99_over_target"] = {n: m.quantile_us(TAIL_Q) / t for n, (m, t) in merged.items() if m}
     return out
 
 
