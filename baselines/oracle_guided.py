@@ -173,7 +173,6 @@ class OracleGuidedController(BaseController):
         self._start: Allocation | None = None
         self._last: tuple[Observation, Allocation] | None = None  # the last decision's state and plan
         self._options: tuple[tuple[str, Move], ...] | None = None  # its options, once asked for
-        self._fell_back = False  # the last plan is the window verdict's (module docstring)
 
     @property
     def options(self) -> tuple[tuple[str, Move], ...]:
@@ -200,20 +199,22 @@ class OracleGuidedController(BaseController):
         that one plan per load vector serves every interval: the moves change the allocation); the
         window verdict's plan where no allocation keeps every interval within target and one meets
         the window (module docstring)."""
-        self._fell_back = False
+        return self._plan(obs)[0]
+
+    def _plan(self, obs: Observation) -> tuple[Plan, bool]:
+        """`plan_for`'s plan, and whether it is the window verdict's."""
         if self._start is None:
             self._start = obs.allocation
         plan = self.oracle.plan_from(obs, self._start)
         if plan.viable or self.fallback is None:
-            return plan
+            return plan, False
         window = self.fallback.plan_from(obs, self._start)
         if not window.viable:
-            return plan
-        self._fell_back = True
-        return window
+            return plan, False
+        return window, True
 
     def _decide(self, obs: Observation) -> Decision:
-        plan = self.plan_for(obs)
+        plan, fell_back = self._plan(obs)
         caps = self.caps
         assert caps is not None
         self._last, self._options = (obs, plan.allocation), None
@@ -228,7 +229,7 @@ class OracleGuidedController(BaseController):
         planned = plan_move(obs, caps, app, move)
         assert planned.allocation is not None  # move_toward returns feasible moves only
         alloc, notes = adjust_network(obs, planned.allocation, caps)
-        if self._fell_back:
+        if fell_back:
             notes = ["the window verdict's plan: no allocation keeps every interval within target", *notes]
         return Decision(
             alloc,
