@@ -40,6 +40,7 @@ from env.sim.experiments import (
     FUNGIBLE_TUPLES,
     KNEE_OF_MAX_RPS,
     SMALL_TUPLE,
+    TARGET_AT_KNEE_MIN,
     Setup,
     alone,
     analytic_outputs,
@@ -371,9 +372,6 @@ def fact_fig9_start_slack(seed: int) -> dict:
             "paper": "slack above the downsize threshold (0.2) for all three",
         },
     }
-
-
-TARGET_AT_KNEE_MIN = 0.5  # the p99 at max load within a factor of 2 of the target it defines
 
 
 def fact_target_at_knee(seed: int) -> dict:

@@ -286,6 +286,7 @@ def analytic_outputs(
 
 
 KNEE_OF_MAX_RPS = (0.6, 0.8)  # PARTIES Sec. 3.2: max load sits "typically between 60% and 80%" of the max RPS
+TARGET_AT_KNEE_MIN = 0.5  # PARTIES Sec. 3.2: the p99 at max load within 2x of the target it defines
 OVERLOAD = 3.0  # x max load: far past every app's knee, where the node serves its max RPS and drops the rest
 
 

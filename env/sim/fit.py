@@ -17,7 +17,8 @@ max load x (walked up from 10%, the table's first step, as the calibration repor
 in [v, v + 10): zero inside, squared distance (in 10-point units) outside. Also fitted, as soft
 facts: each knee's position, max load over the max RPS (PARTIES Sec. 3.2: "typically between 60%
 and 80%"; squared distance outside that range in 5-point units, `knee_loss`), the shape of Fig. 1
-below the knee, the facts of Sec. 3.4 (`objective`; among them Fig. 2a's "violating QoS when cores
+below the knee and the p99 at it (Sec. 3.2: the target is the p99 at the knee, so alone at max
+load the p99 is at least `KNEE_TARGET_FIT_MIN_RATIO` of it), the facts of Sec. 3.4 (`objective`; among them Fig. 2a's "violating QoS when cores
 are insufficient": one core misses at 30% load, every app but MongoDB), and for the apps of Fig. 9
 a large slack at its start (Sec. 5.3: PARTIES downsizes all three from its fair allocation, so each
 p99 is below 0.8 of its target there; `experiments.fig9_start`). Each written profile records the command that
@@ -60,6 +61,7 @@ from env.sim.experiments import (
     FUNGIBLE_TUPLES,
     KNEE_OF_MAX_RPS,
     SMALL_TUPLE,
+    TARGET_AT_KNEE_MIN,
     Setup,
     alone,
     analytic_max_load,
@@ -153,12 +155,16 @@ def coco_setups(app: str) -> list[Setup]:
 
 KNEE_SHAPE_LOAD = 0.5  # PARTIES Sec. 3.2 / Fig. 1: the curves are flat below their knee (max load),
 KNEE_SHAPE_MAX_RATIO = 0.5  # so at half the max load the p99 sits well below the target (at most half)
+# Sec. 3.2: the target is the p99 at the knee, so at max load the p99 is near it: at least the
+# calibration's `TARGET_AT_KNEE_MIN`, with a margin for the sampled run the report judges
+KNEE_TARGET_FIT_MIN_RATIO = TARGET_AT_KNEE_MIN + 0.1
+KNEE_TARGET_WEIGHT = 400.0  # 0.05 of the target short of it costs as much as a Table 4 cell 10 points off
 
 
-def half_load_p99_ratio(app: str) -> float:
-    """p99 / QoS target of the app alone on its reference allocation at `KNEE_SHAPE_LOAD` x max load
-    (deterministic steady state): the shape of Fig. 1's curves below the knee."""
-    out, _, _ = analytic_outputs([alone(app)], np.array([KNEE_SHAPE_LOAD]))
+def alone_p99_ratio(app: str, load: float) -> float:
+    """p99 / QoS target of the app alone on its reference allocation at `load` x max load
+    (deterministic steady state): the shape of Fig. 1's curves (PARTIES Sec. 3.2)."""
+    out, _, _ = analytic_outputs([alone(app)], np.array([load]))
     return float(out[0, 0, 0, M.O_P99] * 1e6 / _base(app).qos_target_us)
 
 
@@ -220,14 +226,14 @@ COMMON = (
     Param("llc_kappa_mb", 0.05, 60.0, log=True),
     Param("llc_alpha", 0.1, 4.0, log=True),
     Param("llc_miss_min", 0.0, 0.9),
-    Param("service_cv2", 0.5, 8.0, log=True),
+    Param("service_cv2", 0.5, 64.0, log=True),
     Param("service_det", 0.0, 0.9),
     Param("zipf", 0.3, 1.3),
 )
 BASE = {  # fixed client/network latency: bounded by the QoS target
     "memcached": Param("base_latency_us", 20, 500, log=True),
     "xapian": Param("base_latency_us", 20, 3000, log=True),
-    "nginx": Param("base_latency_us", 50, 8000, log=True),
+    "nginx": Param("base_latency_us", 50, 1000, log=True),  # wrk's client and a LAN round trip
     "moses": Param("base_latency_us", 50, 8000, log=True),
     "mongodb": Param("base_latency_us", 200, 100000, log=True),
     "sphinx": Param("base_latency_us", 1000, 1500000, log=True),
@@ -347,9 +353,12 @@ def objective(app: str, values: dict[str, float]) -> tuple[float, dict, dict]:
             one = float(analytic_meet([one_core_setup(app)], np.array([0.3]))[0, 0])
             cc = {**cc, "p_meet_30pct_one_core": one}
             loss += 40.0 * one**2
-        half = half_load_p99_ratio(app)
+        half = alone_p99_ratio(app, KNEE_SHAPE_LOAD)
         cc = {**cc, "p99_over_target_at_50pct": half}
         loss += 40.0 * max(0.0, half - KNEE_SHAPE_MAX_RATIO) ** 2
+        at_knee = alone_p99_ratio(app, 1.0)  # Sec. 3.2: the target is the p99 at the knee
+        cc = {**cc, "p99_over_target_at_max_load": at_knee}
+        loss += KNEE_TARGET_WEIGHT * max(0.0, KNEE_TARGET_FIT_MIN_RATIO - at_knee) ** 2
         knee = knee_over_max_rps([app])[app]
         cc = {**cc, "max_load_over_max_rps": math.nan if knee is None else knee}
         loss += knee_loss(knee)
