@@ -15,7 +15,7 @@ from `env.rewards`, training scenarios from `env.scenario_sampler`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_type_hints
 
@@ -150,6 +150,9 @@ class DecodedAction:
     rejected: tuple[tuple[str, Move, str], ...]  # (app or slot, move, why) - applied as HOLD
 
 
+_DOWN_COLUMNS = [m.value for m in Move if m.direction is Direction.DOWN]
+
+
 class ActionCodec:
     """Action spaces, masks and decoding for `max_apps` LC app slots (apps in `Capabilities.lc_apps`
     order). Shared by `NodeEnv`, `NodeVectorEnv` and the RL controller at serving time.
@@ -186,18 +189,21 @@ class ActionCodec:
         """Length of the flattened mask (= the policy's logits: Discrete n, or MultiDiscrete sum)."""
         return 1 + N_APP_MOVES * self.max_apps if self.mode == "single" else N_MOVES * self.max_apps
 
-    def app_masks(self, obs: Observation, caps: Capabilities) -> np.ndarray:
-        """(max_apps, 11) feasibility of each slot's moves; padded slots only HOLD."""
+    def app_masks(self, obs: Observation, caps: Capabilities, no_down: Collection[str] = ()) -> np.ndarray:
+        """(max_apps, 11) feasibility of each slot's moves; padded slots only HOLD. The apps named in
+        `no_down` are offered no DOWN move (a controller's own ban, e.g. after a failed downsize)."""
         m = np.zeros((self.max_apps, N_MOVES), dtype=bool)
         m[:, Move.HOLD] = True
         ctx = MaskContext(obs.allocation, caps)
         for k, spec in enumerate(caps.lc_apps[: self.max_apps]):
             m[k] = ctx.mask(spec.name)
+            if spec.name in no_down:
+                m[k, _DOWN_COLUMNS] = False
         return m
 
-    def mask(self, obs: Observation, caps: Capabilities) -> np.ndarray:
-        """The action mask in this mode's shape (`info["action_mask"]`)."""
-        m = self.app_masks(obs, caps)
+    def mask(self, obs: Observation, caps: Capabilities, no_down: Collection[str] = ()) -> np.ndarray:
+        """The action mask in this mode's shape (`info["action_mask"]`); `no_down` as `app_masks`."""
+        m = self.app_masks(obs, caps, no_down)
         if self.mode == "per_app":
             return m
         return np.concatenate([[True], m[:, 1:].reshape(-1)])

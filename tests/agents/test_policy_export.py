@@ -16,9 +16,12 @@ import pytest
 import torch
 
 from agents.policy import (
+    DOWNSIZE_BAN_S,
+    FAILED_DOWNSIZE_SLACK,
     LAST_POLICY_FILE,
     POLICY_FILE,
     ColocNet,
+    LoadedPolicy,
     NetSpec,
     PolicyMeta,
     RlController,
@@ -33,7 +36,7 @@ from env.features import FeatureConfig, ObservationEncoder
 from env.gym_env import ActionCodec
 from env.sim.node import SimNode
 from env.sim.scenario import simple_scenario
-from env.types import Decision, validate_allocation
+from env.types import Decision, Move, validate_allocation
 from harness import registry
 
 THREE = {"memcached": 0.5, "xapian": 0.4, "nginx": 0.5}
@@ -177,7 +180,7 @@ def test_controller_acts_like_the_network_and_only_plans_feasible_moves(tmp_path
         assert isinstance(d, Decision)
         x = ctrl.encoder.encode(obs, caps, previous=previous)
         previous = obs
-        mask = codec.mask(obs, caps)
+        mask = codec.mask(obs, caps, no_down=ctrl.no_down)  # its own ban (PARTIES Sec. 4.3), below
         with torch.no_grad():
             action = ctrl.policy.net.greedy(torch.as_tensor(x)[None], torch.as_tensor(mask.reshape(1, -1)))[
                 0
@@ -194,6 +197,36 @@ def test_controller_acts_like_the_network_and_only_plans_feasible_moves(tmp_path
             assert d.allocation is None
         node.step(d.allocation)
     assert moved > 0
+
+
+def test_after_a_failed_downsize_the_controller_offers_that_app_no_downsize_for_30_s(tmp_path):
+    """PARTIES Sec. 4.3: "downsizing an application is disabled for 30s once an incorrect downsize
+    action was reverted". A policy that always takes a core from memcached when it may: once a take
+    leaves memcached below 0.05 slack the next interval, it is offered no DOWN move for 30 s of node
+    time, then again."""
+    loads = {"memcached": 0.9, "xapian": 0.4, "nginx": 0.5}
+    node, ctrl = node_and_controller(saved_policy(tmp_path), loads=loads)
+    assert isinstance(ctrl, RlController)
+    down = ctrl.codec.single_index(0, Move.DOWN_CORE)  # memcached is slot 0
+
+    def act(x, mask):
+        return down if mask[down] else 0
+
+    trace = []  # (time, memcached's slack, banned at this decision, took a core)
+    with mock.patch.object(LoadedPolicy, "act", side_effect=act):
+        for _ in range(240):
+            obs = node.observe()
+            d = ctrl.decide(obs)
+            took = d.app == "memcached" and d.move is Move.DOWN_CORE
+            trace.append((obs.time_s, obs.apps[0].slack, "memcached" in ctrl.no_down, took))
+            node.step(d.allocation)
+    failed = [i for i in range(len(trace) - 1) if trace[i][3] and trace[i + 1][1] < FAILED_DOWNSIZE_SLACK]
+    assert failed, "no downsize failed: the test needs one"
+    t_fail = trace[failed[0] + 1][0]
+    during = [r for r in trace if t_fail <= r[0] < t_fail + DOWNSIZE_BAN_S]
+    assert during and all(r[2] and not r[3] for r in during), during
+    after = [r for r in trace if r[0] >= t_fail + DOWNSIZE_BAN_S]
+    assert after and not after[0][2], after[:1]  # the ban ends: no downsize could fail during it
 
 
 def test_controller_refuses_a_node_with_more_apps_than_the_policy_holds(tmp_path):
@@ -321,7 +354,12 @@ def compare_actions(rllib_module, exported, mode: str) -> tuple[int, set[str]]:
             expected = vec.unwrapped.codec.decode(rllib_actions[i], raw, caps)
             # a move, or the network partition
             changed = expected.applied or expected.allocation != raw.allocation
-            assert ctrls[i].decide(raw).allocation == (expected.allocation if changed else None)
+            decided = ctrls[i].decide(raw).allocation
+            if ctrls[i].no_down:  # its own downsize ban (PARTIES Sec. 4.3): the env's mask less those DOWNs
+                banned = vec.unwrapped.codec.mask(raw, caps, no_down=ctrls[i].no_down)
+                expected = vec.unwrapped.codec.decode(exported.act(obs["observations"][i], banned), raw, caps)
+                changed = expected.applied or expected.allocation != raw.allocation
+            assert decided == (expected.allocation if changed else None)
             compared += 1
             seen.add(str(rllib_actions[i]))
         random = rng.integers(0, 2, size=vec.num_envs)  # move on with a mix of HOLD and policy actions
