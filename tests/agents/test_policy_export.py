@@ -199,11 +199,11 @@ def test_controller_acts_like_the_network_and_only_plans_feasible_moves(tmp_path
     assert moved > 0
 
 
-def test_after_a_failed_downsize_the_controller_offers_that_app_no_downsize_for_30_s(tmp_path):
+def test_after_a_failed_downsize_the_controller_offers_that_app_no_downsize_for_the_ban(tmp_path):
     """PARTIES Sec. 4.3: "downsizing an application is disabled for 30s once an incorrect downsize
-    action was reverted". A policy that always takes a core from memcached when it may: once a take
-    leaves memcached below 0.05 slack the next interval, it is offered no DOWN move for 30 s of node
-    time, then again."""
+    action was reverted" (`DOWNSIZE_BAN_S`: 10 s, the authors' code's). A policy that always takes a
+    core from memcached when it may: once a take leaves memcached below 0.05 slack the next interval,
+    it is offered no DOWN move for the ban's length of node time, then again."""
     loads = {"memcached": 0.9, "xapian": 0.4, "nginx": 0.5}
     node, ctrl = node_and_controller(saved_policy(tmp_path), loads=loads)
     assert isinstance(ctrl, RlController)
