@@ -100,7 +100,7 @@ from env.features import (
 from env.guards import GuardsConfig
 from env.gym_env import MAX_APP_SLOTS, N_APP_MOVES, ActionCodec, describe_move
 from env.moves import PRESSURE_FRAC, SPARE_FRAC
-from env.types import N_MOVES, Decision, Direction, Move, Observation
+from env.types import DOWN_MOVES, N_MOVES, Decision, Direction, Move, Observation
 
 ActionMode = Literal["single", "per_app"]
 POLICY_FORMAT = "coloc-policy"
@@ -118,7 +118,6 @@ SPARE_MOVES = (  # (move, the usage feature that must be < SPARE_FRAC for it)
     (Move.DOWN_MEM, _APP_NAMES.index("memory_used")),
     (Move.DOWN_DISK, _APP_NAMES.index("disk_used")),
 )
-DOWN_MOVES = tuple(m for m in Move if m.direction is Direction.DOWN)
 
 
 def feature_layout() -> list[list[Any]]:

@@ -32,7 +32,17 @@ from env.node import Node, tail_at_target
 from env.rewards import QosFirstReward, RewardConfig, RewardFn, RewardTerms, as_reward_fn
 from env.scenario_sampler import SamplerConfig, ScenarioSampler
 from env.sim.scenario import Scenario, load_scenario
-from env.types import N_MOVES, Allocation, Capabilities, Decision, Direction, Move, Observation, Resource
+from env.types import (
+    DOWN_MOVES,
+    N_MOVES,
+    Allocation,
+    Capabilities,
+    Decision,
+    Direction,
+    Move,
+    Observation,
+    Resource,
+)
 
 ActionMode = Literal["single", "per_app"]
 N_APP_MOVES = N_MOVES - 1  # the ten PARTIES moves of one app (HOLD is shared)
@@ -150,7 +160,7 @@ class DecodedAction:
     rejected: tuple[tuple[str, Move, str], ...]  # (app or slot, move, why) - applied as HOLD
 
 
-_DOWN_COLUMNS = [m.value for m in Move if m.direction is Direction.DOWN]
+_DOWN_COLUMNS = [m.value for m in DOWN_MOVES]
 
 
 class ActionCodec:

@@ -119,6 +119,7 @@ class Move(enum.IntEnum):
 
 
 N_MOVES = len(Move)  # 11: HOLD + the ten PARTIES moves
+DOWN_MOVES = tuple(m for m in Move if m.direction is Direction.DOWN)  # the five that take a unit
 
 
 class AllocationError(ValueError):
