@@ -7,7 +7,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -296,9 +298,15 @@ def _real_node() -> bool:
 @pytest.mark.linux
 @pytest.mark.slow
 @pytest.mark.skipif(not _real_node(), reason="needs root, cgroup v1 cpu and Debian's memcached")
-def test_a_short_real_profile_of_memcached(tmp_path, configs):
+def test_a_short_real_profile_of_memcached(tmp_path, configs, capsys):
     """About 90 s: one pass of a small plan. The mechanics are asserted (the files load, every
-    point was measured and simulated, the cgroups are gone, memcached stopped), not the latencies."""
+    point was measured and simulated, the cgroups are gone, memcached stopped), not the latencies.
+
+    A node whose vCPUs are stolen or busy delays even the SCHED_FIFO generator by milliseconds; the
+    profiler then refuses to fit generator-bound points and exits 1 with its measurements kept. That
+    refusal is a correct outcome, not this test's failure: its mechanics are asserted (nothing written,
+    the measurements kept and every fitted point flagged, the node restored), the run is tried once
+    more, and a second refusal skips the test with the generator's lag quoted."""
     memcached_before = _memcached_pids()
     cgroups_before = _profile_cgroups()  # an earlier run killed outright may have left its own
     out = tmp_path / "report"
@@ -307,7 +315,16 @@ def test_a_short_real_profile_of_memcached(tmp_path, configs):
         "--n-rates", "5", "--quotas", "0.1,0.15,0.25,0.4,0.7,2",
         "--passes", "1", "--measure-s", "2", "--settle-s", "1",
     ]  # fmt: skip
-    assert P.run(argv) == 0
+    refusals = []
+    for _attempt in range(2):
+        rc = P.run(argv)
+        assert _profile_cgroups() <= cgroups_before  # its own cgroups are gone
+        assert _memcached_pids() <= memcached_before  # the one it started is stopped
+        if rc == 0:
+            break
+        refusals.append(_generator_bound_refusal(capsys.readouterr().err, out, configs))
+    else:
+        pytest.skip(f"this node was too busy to measure, twice: {refusals}")
     data = json.loads((out / "profile.json").read_text())
     prof = load_profile(configs / "apps" / "mc-test.yaml")
     assert isinstance(prof, LcProfile) and prof.threads == 2
@@ -317,8 +334,27 @@ def test_a_short_real_profile_of_memcached(tmp_path, configs):
         assert len(rows) >= 3 and all(r["intervals"] >= 2 for r in rows), role
         assert all(np.isfinite(r["p99_us"]) and np.isfinite(r["sim_p99_us"]) for r in rows)
     print("\n" + (out / "report.md").read_text())
-    assert _profile_cgroups() <= cgroups_before  # its own cgroups are gone
-    assert _memcached_pids() <= memcached_before  # the one it started is stopped
+
+
+def _generator_bound_refusal(stderr: str, out: Path, configs: Path) -> str:
+    """Asserts that a real run exited 1 only because its generator was too late to fit (and wrote
+    nothing); returns the generator's lag per fitted point, from the measurements it kept."""
+    kept = re.search(r"the measurements are kept in (\S+)", stderr)
+    assert kept and "generator-bound): too few to fit" in stderr, stderr
+    assert (
+        not out.exists() and not list((configs / "apps").iterdir()) and not list((configs / "node").iterdir())
+    )
+    path = Path(kept.group(1))
+    try:
+        points = json.loads(path.read_text())["measurements"]
+    finally:
+        path.unlink()
+    lags = [
+        statistics.median(x for x in p["lag_p99s_us"] if x is not None)
+        for p in points
+        if p["point"]["role"] == "fit"
+    ]
+    return f"generator lag p99 {min(lags):.0f}-{max(lags):.0f} us at the fitted points"
 
 
 def _profile_cgroups() -> set[str]:
