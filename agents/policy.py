@@ -100,7 +100,7 @@ from env.features import (
 from env.guards import GuardsConfig
 from env.gym_env import MAX_APP_SLOTS, N_APP_MOVES, ActionCodec, describe_move
 from env.moves import PRESSURE_FRAC, SPARE_FRAC
-from env.types import DOWN_MOVES, N_MOVES, Decision, Direction, Move, Observation
+from env.types import DOWN_MOVES, N_MOVES, UPSIZE_SLACK_BELOW, Decision, Direction, Move, Observation
 
 ActionMode = Literal["single", "per_app"]
 POLICY_FORMAT = "coloc-policy"
@@ -482,7 +482,7 @@ def check_layout(spec: NetSpec, expect_mode: str | None, expect_max_apps: int | 
 # 100 samples of 100 ms; `parties:code`): on the README's 13 scenarios it kept the Q-PRM node's gain
 # of 30 s and lost less elsewhere (the six-app window 3 of 3 seeds, not 2)
 DOWNSIZE_BAN_S = 10.0
-FAILED_DOWNSIZE_SLACK = 0.05
+FAILED_DOWNSIZE_SLACK = UPSIZE_SLACK_BELOW
 
 
 class RlController(BaseController):
@@ -529,7 +529,8 @@ class RlController(BaseController):
         for sample in observation.apps:  # Sec. 4.3: the last downsize of this app failed
             if sample.name in self._downsized and sample.valid and sample.slack < FAILED_DOWNSIZE_SLACK:
                 self._banned_until_s[sample.name] = now + DOWNSIZE_BAN_S
-        self.no_down = frozenset(a for a, until in self._banned_until_s.items() if until > now)
+        self._banned_until_s = {a: until for a, until in self._banned_until_s.items() if until > now}
+        self.no_down = frozenset(self._banned_until_s)
         mask = self.codec.mask(observation, caps, no_down=self.no_down)
         action = self.policy.act(x, mask)
         decoded = self.codec.decode(action, observation, caps)

@@ -56,7 +56,16 @@ from typing import TYPE_CHECKING
 from env.config import ConfigError, resolve_config
 from env.controller import BaseController, ControllerContext
 from env.moves import PRESSURE_FRAC, adjust_network, plan_move, storage_use
-from env.types import Allocation, Capabilities, Decision, Direction, Move, Observation, Resource
+from env.types import (
+    UPSIZE_SLACK_BELOW,
+    Allocation,
+    Capabilities,
+    Decision,
+    Direction,
+    Move,
+    Observation,
+    Resource,
+)
 
 if TYPE_CHECKING:
     from baselines.oracle import OracleController, Plan
@@ -72,7 +81,7 @@ RECLAIM = (Resource.CORE, Resource.CACHE, Resource.FREQ)
 class GuidedConfig:
     """The teacher's one threshold: below this slack an app's UP moves come before any reclaim."""
 
-    urgent_slack: float = 0.05  # PARTIES Alg. 1's upsize threshold
+    urgent_slack: float = UPSIZE_SLACK_BELOW  # PARTIES Alg. 1's upsize threshold
 
 
 def units(alloc: Allocation, caps: Capabilities, app: str, res: Resource) -> float:

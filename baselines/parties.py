@@ -122,6 +122,8 @@ from env.config import CONFIGS, ConfigError, build, load_yaml
 from env.controller import BaseController, ControllerContext
 from env.moves import NetworkRule, PlannedMove, adjust_network, plan_move
 from env.types import (
+    DOWNSIZE_SLACK_ABOVE,
+    UPSIZE_SLACK_BELOW,
     Allocation,
     AllocationError,
     AppSample,
@@ -154,9 +156,9 @@ class PartiesConfig:
     """
 
     interval_s: float = 0.5  # Sec. 4.2.1: decisions every 500 ms
-    upsize_slack_below: float = 0.05  # Alg. 1
-    downsize_slack_above: float = 0.20  # Alg. 1
-    revert_slack_below: float = 0.05  # Alg. 3
+    upsize_slack_below: float = UPSIZE_SLACK_BELOW  # Alg. 1
+    downsize_slack_above: float = DOWNSIZE_SLACK_ABOVE  # Alg. 1
+    revert_slack_below: float = UPSIZE_SLACK_BELOW  # Alg. 3
     downsize_ban_s: float = 30.0  # Sec. 4.2.2
     migration_after_s: float = 60.0  # Alg. 1, Sec. 4.3
     compute_wheel: tuple[ResourceName, ...] = ("core", "cache", "freq")  # Fig. 4

@@ -47,6 +47,12 @@ def slack(target: float, latency: float) -> float:
     return (target - latency) / target
 
 
+# PARTIES Alg. 1 (Sec. 4.2): an app whose slack is below 0.05 is upsized, one above 0.2 may be
+# downsized; Alg. 3: a downsize is reverted when the app's slack falls below 0.05 afterwards.
+UPSIZE_SLACK_BELOW = 0.05
+DOWNSIZE_SLACK_ABOVE = 0.20
+
+
 class Resource(enum.Enum):
     """The five tradeable resources of PARTIES Sec. 4.2.3 (network is adjusted outside the moves)."""
 

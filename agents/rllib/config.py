@@ -51,6 +51,7 @@ from env.guards import GuardsConfig
 from env.gym_env import EnvConfig
 from env.scenario_sampler import SamplerConfig
 from env.sim.scenario import PERTURBABLE
+from env.types import DOWNSIZE_SLACK_ABOVE
 
 Algo = Literal["ppo", "dqn"]
 
@@ -95,7 +96,7 @@ class ModelConfig:
 
     hidden_units: int = 128
     pressure_mask: bool = True
-    down_slack_min: float | None = 0.2  # PARTIES Alg. 1's downsize threshold
+    down_slack_min: float | None = DOWNSIZE_SLACK_ABOVE  # PARTIES Alg. 1's downsize threshold
 
     def __post_init__(self) -> None:
         if not 4 <= self.hidden_units <= 4096:
