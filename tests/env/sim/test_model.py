@@ -213,14 +213,14 @@ def test_a_clos_migration_flushes_the_app_and_the_refill_costs_misses():
         node = SimNode(scn, seed=0, initial=pinned({"moses": 8}, ways={"moses": 10}))
         for _ in range(5):
             node.step()
-        steady = node.observe().apps[0].usage
+        settled = node.observe().apps[0].usage
         moved = node.current_allocation().replace_app("moses", clos=2)
         after = [node.step(moved).apps[0].usage for _ in range(60)]
-    assert after[0].llc_mb < 0.5 * steady.llc_mb  # flushed, refilling
-    assert after[0].mem_bw_gbps > 1.1 * steady.mem_bw_gbps  # the refill costs misses
+    assert after[0].llc_mb < 0.5 * settled.llc_mb  # flushed, refilling
+    assert after[0].mem_bw_gbps > 1.1 * settled.mem_bw_gbps  # the refill costs misses
     assert all(a.llc_mb <= b.llc_mb + 1e-9 for a, b in itertools.pairwise(after))  # warms up monotonically
-    assert after[-1].llc_mb == pytest.approx(steady.llc_mb, rel=0.01)
-    assert after[-1].mem_bw_gbps == pytest.approx(steady.mem_bw_gbps, rel=0.05)
+    assert after[-1].llc_mb == pytest.approx(settled.llc_mb, rel=0.01)
+    assert after[-1].mem_bw_gbps == pytest.approx(settled.mem_bw_gbps, rel=0.05)
 
 
 def test_cat_changes_take_effect_within_an_interval_for_fast_missers():
@@ -467,12 +467,12 @@ def test_a_pool_over_few_cores_is_stretched_only_by_requests_beyond_the_hardware
     # Sphinx with near-deterministic service (cv^2 < 1), so that sharing a core stretches a long
     # request more than waiting in a FIFO queue would (with very variable service, processor sharing
     # is the better discipline for the tail and the two cross)
-    steady = dataclasses.replace(load_profile("sphinx"), service_cv2=0.66, service_det=0.54)
+    near_det = dataclasses.replace(load_profile("sphinx"), service_cv2=0.66, service_det=0.54)
 
     def sphinx_on_2_cores(threads: int, load: float) -> np.ndarray:
         """The kernel's outputs for Sphinx on 2 cores (long requests: every extra thread shares)."""
         s = alone("sphinx", cores=2, overrides={"threads": threads}).at_loads({"sphinx": load})
-        with _Patched(steady):
+        with _Patched(near_det):
             out, _, _ = analytic_outputs([s], np.array([load]))
         return out[0, 0, 0]
 
@@ -480,7 +480,7 @@ def test_a_pool_over_few_cores_is_stretched_only_by_requests_beyond_the_hardware
         return float(sphinx_on_2_cores(threads, load)[M.O_P99])
 
     # near saturation: 85% of what the 2 cores serve when offered far more than their capacity
-    near = 0.85 * float(sphinx_on_2_cores(4, OVERLOAD)[M.O_SERVED]) / steady.max_load_rps
+    near = 0.85 * float(sphinx_on_2_cores(4, OVERLOAD)[M.O_SERVED]) / near_det.max_load_rps
 
     assert sphinx_p99(14, 0.1) == pytest.approx(sphinx_p99(4, 0.1), rel=1e-6)  # 4 = its hardware threads
     assert sphinx_p99(14, near) > 1.1 * sphinx_p99(4, near)  # queued requests time-share instead of waiting
