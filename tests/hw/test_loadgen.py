@@ -40,6 +40,7 @@ from hw.loadgen import (
     _MemcachedParser,
     main,
 )
+from hw.sweep import generator_bound
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -730,8 +731,20 @@ def _check_steady_run(summary, rate_rps: float) -> None:
     for iv in summary.intervals:
         assert iv.completed_rps == pytest.approx(rate_rps, rel=0.3), iv
         assert 5.0 < iv.p50_us <= iv.p99_us <= iv.p999_us <= iv.max_us, iv
-        assert iv.p50_us < 10_000 and iv.p99_us < 100_000, iv  # loopback: microseconds to milliseconds
         assert iv.samples == iv.completed
+
+
+def _check_loopback_latency(summary) -> None:
+    """Loopback latencies are microseconds to milliseconds, in the intervals that measured the
+    server. A latency runs from the intended send time, so it includes the generator's own lateness;
+    an interval where that lateness is a large part of the p99 (`hw.sweep.generator_bound`, the
+    profiler's rule) measured a stall of this machine. Skips when fewer than half measured the server."""
+    measured = [iv for iv in summary.intervals if not generator_bound(iv.lag_p99_us or 0.0, iv.p99_us)]
+    if 2 * len(measured) < len(summary.intervals):
+        lags = ", ".join(f"{iv.lag_p99_us or 0.0:.0f}" for iv in summary.intervals)
+        pytest.skip(f"the generator was late in most intervals (lag p99s {lags} us): this machine stalled")
+    for iv in measured:
+        assert iv.p50_us < 10_000 and iv.p99_us < 100_000, iv
 
 
 @pytest.mark.linux
@@ -759,6 +772,7 @@ def test_real_memcached_at_2000_rps(memcached_server, tmp_path):
     assert r.p99_us == last.p99_us and r.requests == last.samples and udp.malformed == 0
     assert FileFeed(file_path, from_start=True).latest("memcached").p99_us == last.p99_us
     assert len(file_path.read_text().splitlines()) == 6
+    _check_loopback_latency(summary)
 
 
 @pytest.mark.linux
@@ -776,6 +790,7 @@ def test_real_nginx_at_2000_rps(nginx_server):
     )
     summary = LoadGenerator(cfg).run_sync()
     _check_steady_run(summary, 2000.0)
+    _check_loopback_latency(summary)
 
 
 @pytest.mark.linux
