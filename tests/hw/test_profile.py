@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 from pathlib import Path
 
 import numpy as np
@@ -346,14 +345,10 @@ def _generator_bound_refusal(stderr: str, out: Path, configs: Path) -> str:
     )
     path = Path(kept.group(1))
     try:
-        points = json.loads(path.read_text())["measurements"]
+        measured = P.load_measurements(path)[0].measured  # what --from-measurements reads
     finally:
         path.unlink()
-    lags = [
-        statistics.median(x for x in p["lag_p99s_us"] if x is not None)
-        for p in points
-        if p["point"]["role"] == "fit"
-    ]
+    lags = [x.lag_p99_us for x in measured if x.point.role == "fit"]
     return f"generator lag p99 {min(lags):.0f}-{max(lags):.0f} us at the fitted points"
 
 
