@@ -481,19 +481,24 @@ def _is_be(caps: Capabilities, name: str) -> bool:
     return any(a.name == name and not a.is_lc for a in caps.apps)
 
 
-_VALIDATED: list[tuple[Allocation, Capabilities]] = []  # the last few allocations found valid (by identity)
+# The allocations found valid most recently, by identity: id -> (allocation, capabilities). Holding
+# the objects keeps their ids from being reused while they are here. Sized for the vector env, which
+# checks each of its nodes' allocations twice an interval (a guard, then the node) with every other
+# node's in between: with room for only a few, a fleet of 16 checked every one again.
+_VALIDATED: dict[int, tuple[Allocation, Capabilities]] = {}
+_VALIDATED_MAX = 256
 
 
 def validate_allocation(alloc: Allocation, caps: Capabilities) -> None:
     """Raise `AllocationError` naming the field and what is allowed, before any write (DESIGN §3).
     Both are immutable, so the same pair checked again (a guard, then the node) is not re-checked."""
-    for a_, c_ in _VALIDATED:
-        if a_ is alloc and c_ is caps:
-            return
+    hit = _VALIDATED.get(id(alloc))
+    if hit is not None and hit[0] is alloc and hit[1] is caps:
+        return
     _validate(alloc, caps)
-    _VALIDATED.append((alloc, caps))
-    if len(_VALIDATED) > 8:
-        del _VALIDATED[0]
+    _VALIDATED[id(alloc)] = (alloc, caps)
+    if len(_VALIDATED) > _VALIDATED_MAX:
+        del _VALIDATED[next(iter(_VALIDATED))]
 
 
 _FLOAT_FIELDS = ("cores", "memory_gb", "disk_mbps", "net_gbps", "cpu_quota")

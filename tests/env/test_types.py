@@ -112,6 +112,34 @@ def test_validation_rejects_overcommitted_cores_and_unknown_apps(parties_caps):
         validate_allocation(ghost, parties_caps)
 
 
+def test_a_fleet_of_allocations_checked_twice_is_validated_once_each(parties_caps, monkeypatch):
+    """The vector env checks each of its nodes' allocations twice an interval (a guard, then the
+    node) with the other nodes' checks in between: the second check of each is a cache hit, for a
+    fleet of 64; a new allocation, or the same one against other capabilities, is checked again."""
+    import dataclasses
+
+    import env.types as types
+
+    calls: list[int] = []
+    real = types._validate
+    monkeypatch.setattr(types, "_validate", lambda alloc, caps: (calls.append(id(alloc)), real(alloc, caps)))
+    fair = fair_allocation(parties_caps)
+    fleet = [fair.replace_app("nginx", memory_gb=fair["nginx"].memory_gb - k * 0.25) for k in range(64)]
+    calls.clear()
+    for a in fleet:
+        validate_allocation(a, parties_caps)
+    for a in fleet:
+        validate_allocation(a, parties_caps)
+    assert len(calls) == 64
+    validate_allocation(fleet[0].replace_app("nginx", memory_gb=1.0), parties_caps)
+    validate_allocation(fleet[1], dataclasses.replace(parties_caps))
+    assert len(calls) == 66
+    bad = fair.replace_app("nginx", cores=8.0)
+    for _ in range(2):  # an invalid allocation is never remembered
+        with pytest.raises(AllocationError):
+            validate_allocation(bad, parties_caps)
+
+
 def test_unmanaged_shares_everything(parties_caps):
     a = unmanaged_allocation(parties_caps)
     validate_allocation(a, parties_caps)
