@@ -451,10 +451,11 @@ class LoadedPolicy:
 def one_thread() -> Iterator[None]:
     """Run torch on one intra-op thread inside the block, then restore the previous setting.
 
-    Why: one observation through this small network is ~0.2 ms on one thread, but torch's default
-    pool (a thread per core) waits on busy cores: measured on the 2-core CI machine under load, a
-    p50 of 0.27 ms and a p99 of 56 ms (one run had a median of 61 ms) against 0.2 ms / ~5-9 ms
-    with one thread - and `decide()` time is a reported metric (DESIGN §5)."""
+    Why: a few observations through this small network take ~0.2 ms on one thread, but torch's
+    default pool (a thread per core) waits on busy cores: measured on the 2-core CI machine under
+    load, one observation took a p50 of 0.27 ms and a p99 of 56 ms (one run had a median of 61 ms)
+    against 0.2 ms / ~5-9 ms with one thread, when `decide()` still ran torch (it runs
+    `GreedyArrays` now). Used where training code runs the network on small batches."""
     previous = torch.get_num_threads()
     if previous != 1:
         torch.set_num_threads(1)
