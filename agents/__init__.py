@@ -1,2 +1,2 @@
-"""Learned controllers: RL policies (RLlib training, torch-only inference in `agents.policy`) and
+"""Learned controllers: RL policies (RLlib training; inference without Ray in `agents.policy`) and
 CLITE-style Bayesian optimisation (`agents.bo`)."""

@@ -216,7 +216,7 @@ REGISTRY: dict[str, Entry] = {
     "bo": Entry(_bo, "CLITE-style BoTorch constrained BO over allocations", arg="CONFIG", optional_arg=True),
     "rl": Entry(
         _rl,
-        "a trained RL policy (train.py), torch only: PATH = OUT/policy.pt or the run dir OUT",
+        "a trained RL policy (train.py), no Ray needed: PATH = OUT/policy.pt or the run dir OUT",
         arg="PATH",
         contract_spec=None,
     ),
