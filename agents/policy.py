@@ -62,7 +62,9 @@ code's or from what the caller expects, with a `ConfigError` that the CLIs turn 
 encodes each observation with `env.features`, masks infeasible moves with the env's `ActionCodec`
 (`env.moves.move_mask`), takes the highest-scoring action (deterministic) and turns it into an
 allocation with `ActionCodec.decode` (`env.moves.plan_move`) - the same code as the training env,
-so the policy acts in evaluation and serving exactly as it did in training, with one rule of
+so the policy acts in evaluation and serving exactly as it did in training (the network's greedy
+path runs in numpy there, `GreedyArrays`: the same computation without torch's per-operation
+cost), with one rule of
 PARTIES' own on top (Sec. 4.3: "downsizing an application is disabled for 30s once an incorrect
 downsize action was reverted"): an app whose slack falls below 0.05 the interval after the policy
 downsized it is offered no DOWN move for `DOWNSIZE_BAN_S`. Why: a policy that reads a slack of
@@ -190,7 +192,7 @@ def _no_moves_withheld(x: torch.Tensor, max_apps: int, action_mode: str) -> torc
 def _withhold(spec: NetSpec, apps: Any, allowed: Any) -> None:
     """Clear, in the per-app move flags `allowed`, the moves that `spec`'s pressure mask and slack
     mask withhold from each app given its features `apps` (tensors or arrays: the same rules for
-    the network and its numpy copy, `GreedyArrays`)."""
+    the network and its numpy view, `GreedyArrays`)."""
     if spec.pressure_mask:
         _withhold_pressure(allowed, apps, spec.action_mode)
     if spec.down_slack_min is not None:
