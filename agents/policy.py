@@ -389,6 +389,7 @@ class GreedyArrays:
 
     def greedy(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """`ColocNet.greedy` of one observation: an int (single mode) or one per slot (per-app)."""
+        x = np.asarray(x, dtype=np.float32).reshape(-1)  # once: both steps below take it as it is
         s = np.where(self.feasible(x, mask), self.scores(x), np.float32(MASKED_LOGIT))
         if self.spec.action_mode == "single":
             return np.asarray(s.argmax())

@@ -203,14 +203,14 @@ def test_controller_acts_like_the_network_and_only_plans_feasible_moves(tmp_path
 @pytest.mark.parametrize("mode", ["single", "per_app"])
 @pytest.mark.parametrize("max_apps", [1, 3, 6])
 @pytest.mark.parametrize("masks", [(False, None), (True, None), (False, 0.2), (True, 0.2)])
-def test_the_numpy_copy_scores_and_picks_as_the_network_does(mode, max_apps, masks):
+def test_the_numpy_path_scores_and_picks_as_the_network_does(mode, max_apps, masks):
     """`GreedyArrays` (what `LoadedPolicy.act` runs) against `ColocNet` on random inputs: occupied
     and padded slots, random action masks, usage and slack on both sides of the withholding rules."""
     pressure, down_slack_min = masks
     spec = NetSpec(mode, max_apps, 32, pressure_mask=pressure, down_slack_min=down_slack_min)
     torch.manual_seed(max_apps)
     net = sharpen(ColocNet(spec)).eval()
-    copy = GreedyArrays(net)
+    arrays = GreedyArrays(net)
     rng = np.random.default_rng(max_apps)
     size = ObservationEncoder(max_apps).size
     n_app = size - N_NODE_FEATURES
@@ -223,24 +223,24 @@ def test_the_numpy_copy_scores_and_picks_as_the_network_does(mode, max_apps, mas
         with torch.inference_mode():
             scores, action = net.scores(xt)[0].numpy(), net.greedy(xt, mt)[0].numpy()
             feasible = net.feasible(xt, mt)[0].numpy() > 0.5
-        np.testing.assert_allclose(copy.scores(x), scores, rtol=1e-5, atol=1e-4)
-        np.testing.assert_array_equal(copy.feasible(x, mask), feasible)
-        np.testing.assert_array_equal(copy.greedy(x, mask), action)
+        np.testing.assert_allclose(arrays.scores(x), scores, rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(arrays.feasible(x, mask), feasible)
+        np.testing.assert_array_equal(arrays.greedy(x, mask), action)
         withheld += int((feasible < (mask > 0.5)).sum())
     assert (withheld > 0) == (pressure or down_slack_min is not None)  # the rules were exercised
 
 
-def test_the_numpy_copy_follows_weights_loaded_into_the_network():
+def test_the_numpy_path_follows_weights_loaded_into_the_network():
     spec = NetSpec("single", 6, 32)
     torch.manual_seed(0)
     net = sharpen(ColocNet(spec)).eval()
-    copy = GreedyArrays(net)
+    arrays = GreedyArrays(net)
     torch.manual_seed(1)
     net.load_state_dict(sharpen(ColocNet(spec)).state_dict())  # in place, as the RLlib test does
     x = np.random.default_rng(0).uniform(0.0, 1.0, ObservationEncoder(6).size).astype(np.float32)
     with torch.inference_mode():
         np.testing.assert_allclose(
-            copy.scores(x), net.scores(torch.as_tensor(x)[None])[0].numpy(), rtol=1e-5, atol=1e-4
+            arrays.scores(x), net.scores(torch.as_tensor(x)[None])[0].numpy(), rtol=1e-5, atol=1e-4
         )
 
 
