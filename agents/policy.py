@@ -644,7 +644,7 @@ class RlController(BaseController):
         if len(decoded.applied) == 1:
             app, move, _ = decoded.applied[0]
             return Decision(decoded.allocation, reason=reason, move=move, app=app)
-        return Decision(decoded.allocation, reason=reason)
+        return Decision(decoded.allocation, reason=reason, moves=tuple((a, m) for a, m, _ in decoded.applied))
 
 
 def make(context: ControllerContext, arg: str | None) -> RlController:

@@ -27,7 +27,12 @@ for the whole window (MongoDB, PARTIES Fig. 3). On a warm start (`Scenario.page_
 4) the pages the apps cached before the manager took over stay outside their limits, so what a
 plan's limits can take from an app is only what it faults in since.
 With `verdict: intervals` (the stricter rule of DESIGN sec. 5) P(meet) is that of one interval's p99
-at the window's end and the threshold `interval_meet_prob`.
+at the window's end and the threshold `interval_meet_prob`: by default (`interval_counts: mean`)
+`engine.meet_probability` at the mean request count (at least one); with `interval_counts:
+poisson`, `engine.interval_meet_probability`, over the interval's Poisson count, an empty interval
+reporting the expected p99 as the simulated node does. They part for an app with under one
+request an interval (Sphinx at 10% load): half its intervals are empty, so a tail that one request
+would meet 95% of the time meets in about half of them, which only the second predicts.
 
 (b) Objective: among viable plans the highest BE throughput (normalised to the BE job alone, mean over
 the window); without BE jobs the largest minimum slack (smallest worst p99 / target). If no plan is
@@ -173,6 +178,7 @@ class OracleConfig:
     verdict: str = "window"
     window_meet_prob: float = 0.99
     interval_meet_prob: float = 0.98
+    interval_counts: str = "mean"  # or "poisson" (module docstring, `verdict: intervals`)
     max_utilization: float = 0.9
     search_budget: int = 100_000
     frontier_budget: int = 150_000
@@ -191,6 +197,10 @@ class OracleConfig:
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ConfigError(f"oracle.verdict must be one of {VERDICTS}")
+        if self.interval_counts not in ("mean", "poisson"):
+            raise ConfigError(
+                f"oracle.interval_counts must be 'mean' or 'poisson', got {self.interval_counts!r}"
+            )
         for k in ("window_meet_prob", "interval_meet_prob", "possible_meet_prob"):
             if not 0 < getattr(self, k) < 1:
                 raise ConfigError(f"oracle.{k} must be in (0, 1)")
@@ -366,7 +376,11 @@ class Judge:
         if self.cfg.verdict == "window":
             pm = engine.meet_probability(scale * res.over_target[:, cols], lam * self.cfg.measure_s)
         else:
-            pm = engine.meet_probability(scale * res.last[:, cols, M.O_TAIL_T], lam * self.dt)
+            tail = scale * res.last[:, cols, M.O_TAIL_T]
+            if self.cfg.interval_counts == "poisson":
+                pm = engine.interval_meet_probability(tail, lam * self.dt)
+            else:
+                pm = engine.meet_probability(tail, lam * self.dt)
         return np.where(lam > 0, pm, 1.0)
 
     def utilization(self, res: RunOutcome, lam_rps: np.ndarray) -> np.ndarray:
@@ -1521,6 +1535,7 @@ class _Search:
 # the controller
 # ==================================================================================================
 _PLANS: dict[tuple, Plan] = {}
+_ADMITS: dict[tuple, bool] = {}  # OracleController.admits, per (plan key, allocation)
 
 
 def _fingerprint(scenario: Scenario) -> tuple:
@@ -1602,32 +1617,46 @@ class OracleController(BaseController):
     ) -> tuple[Plan, dict[str, float], str, str]:
         """(plan, loads, note on the loads, " (new plan)" when it was searched now). A plan is kept
         until the loads change (then searched from `start`, default the allocation in force)."""
-        caps = self.caps
-        assert caps is not None
         loads, note = self.planned_loads(obs)
         loads_key = tuple(round(loads[a], 6) for a in self._names)
         fresh = ""
         changed = start is not None and self._key is not None and self._key[-2] != start
         start = obs.allocation if start is None else start
         if self._key is None or self._key[-1] != loads_key or changed:
-            key = (
-                _fingerprint(self.scenario),
-                caps.node_name,
-                tuple(a.name for a in caps.apps),
-                self.cfg,
-                start,
-                loads_key,
-            )
+            key = self._plan_key(start, loads_key)
             if key not in _PLANS:
-                if self._planner is None or self._planner.start != start:
-                    self._planner = Planner(self.scenario, caps, self.cfg, start)
-                _PLANS[key] = self._planner.plan(loads)
+                _PLANS[key] = self._planner_from(start).plan(loads)
                 self.plans_made += 1
                 fresh = " (new plan)"
             self._key, self._plan = key, _PLANS[key]
             self.searches.append(self._plan.search)
         assert self._plan is not None
         return self._plan, loads, note, fresh
+
+    def _plan_key(self, start: Allocation, loads_key: tuple[float, ...]) -> tuple:
+        """What a plan depends on: the scenario without its loads, the node, the config, the start
+        and the loads."""
+        caps = self.caps
+        assert caps is not None
+        names = tuple(a.name for a in caps.apps)
+        return (_fingerprint(self.scenario), caps.node_name, names, self.cfg, start, loads_key)
+
+    def _planner_from(self, start: Allocation) -> Planner:
+        """This controller's planner for runs that start in `start` (kept while the start is)."""
+        assert self.caps is not None
+        if self._planner is None or self._planner.start != start:
+            self._planner = Planner(self.scenario, self.caps, self.cfg, start)
+        return self._planner
+
+    def admits(self, obs: Observation, start: Allocation, allocation: Allocation) -> bool:
+        """Whether `allocation` is viable by this Oracle's verdict at the loads ahead of `obs`, in a
+        run that starts in `start` (criterion (a), the analytic run a plan gets; cached per process)."""
+        loads, _ = self.planned_loads(obs)
+        key = (*self._plan_key(start, tuple(round(loads[a], 6) for a in self._names)), allocation)
+        if key not in _ADMITS:
+            planner = self._planner_from(start)
+            _ADMITS[key] = planner.viable(planner.evaluate([allocation], [loads])[0])
+        return _ADMITS[key]
 
     def _tick(self, obs: Observation) -> Decision:
         plan, loads, note, fresh = self._plan_for(obs, None)

@@ -27,7 +27,7 @@ from env.allocations import fair_allocation, lean_start
 from env.config import ConfigError, build
 from env.features import FeatureConfig, ObservationEncoder
 from env.guards import GuardChain, GuardsConfig, build_guards
-from env.moves import MaskContext, adjust_network, plan_move
+from env.moves import MaskContext, adjust_network, plan_moves
 from env.node import Node, tail_at_target
 from env.rewards import QosFirstReward, RewardConfig, RewardFn, RewardTerms, as_reward_fn
 from env.scenario_sampler import SamplerConfig, ScenarioSampler
@@ -171,10 +171,11 @@ class ActionCodec:
       (`Move` values 1..10) of the app in slot k. Mask: a flat bool array of that length.
     * `per_app`: `MultiDiscrete([11] * max_apps)`; entry k is a `Move` value for slot k. Mask:
       bool array `(max_apps, 11)`. The moves are applied one after another, each planned with
-      `env.moves.plan_move` on the allocation the previous ones produced, in this order: first every
-      DOWN move (slot order), since they free units; then every UP move, the app with the least
-      slack first (an app without a latency sample counts as least), so the app furthest from its
-      target has first pick of what is free or reclaimable (PARTIES upsizes the worst app first).
+      `env.moves.plan_move` on the allocation the previous ones produced (`env.moves.plan_moves`),
+      in this order: first every DOWN move (slot order), since they free units; then every UP move,
+      the app with the least slack first (an app without a latency sample counts as least), so the
+      app furthest from its target has first pick of what is free or reclaimable (PARTIES upsizes
+      the worst app first).
 
     The mask of slot k is `env.moves.move_mask` on the current observation (the one rule for
     counterparts); padded slots can only HOLD. A per-app mask is computed per app on the current
@@ -247,25 +248,9 @@ class ActionCodec:
                 rejected.append((f"slot{slot}", move, "no app in this slot"))
             else:
                 moves.append((lc[slot].name, move))
-        if len(moves) > 1:
-            slack = {s.name: s.slack for s in obs.apps}
-
-            def up_key(item: tuple[str, Move]) -> float:
-                v = slack.get(item[0], float("nan"))
-                return v if np.isfinite(v) else -np.inf
-
-            downs = [x for x in moves if x[1].direction is Direction.DOWN]
-            ups = sorted((x for x in moves if x[1].direction is Direction.UP), key=up_key)
-            moves = downs + ups
-        alloc = obs.allocation
-        applied: list[tuple[str, Move, str | None]] = []
-        for app, move in moves:
-            plan = plan_move(obs, caps, app, move, alloc)
-            if plan.allocation is None:
-                rejected.append((app, move, plan.reason))
-                continue
-            alloc = plan.allocation
-            applied.append((app, move, plan.counterpart))
+        alloc, done, refused = plan_moves(obs, caps, moves)
+        rejected += [(p.app, p.move, p.reason) for p in refused]
+        applied = [(p.app, p.move, p.counterpart) for p in done]
         alloc, _ = adjust_network(obs, alloc, caps)  # outside the ten moves, as PARTIES (Alg. 1)
         return DecodedAction(alloc, tuple(applied), tuple(rejected))
 

@@ -141,6 +141,44 @@ def plan_move(
     return PlannedMove(app, move, None, None, reasons[-1] if reasons else "infeasible")
 
 
+def per_app_order(obs: Observation, moves: list[tuple[str, Move]]) -> list[tuple[str, Move]]:
+    """The order in which several apps' moves of one interval apply (the `per_app` action mode):
+    every DOWN first, in the order given, since they free units; then every UP, the app with the
+    least slack first (an app without a latency sample counts as least), so that the app furthest
+    from its target has first pick of what is free or reclaimable (PARTIES Alg. 1 upsizes the
+    worst app first)."""
+    if len(moves) < 2:
+        return list(moves)
+    slack = {s.name: s.slack for s in obs.apps}
+
+    def up_key(item: tuple[str, Move]) -> float:
+        v = slack.get(item[0], math.nan)
+        return v if math.isfinite(v) else -math.inf
+
+    downs = [x for x in moves if x[1].direction is Direction.DOWN]
+    ups = sorted((x for x in moves if x[1].direction is Direction.UP), key=up_key)
+    return downs + ups
+
+
+def plan_moves(
+    obs: Observation, caps: Capabilities, moves: list[tuple[str, Move]]
+) -> tuple[Allocation, list[PlannedMove], list[PlannedMove]]:
+    """Several apps' moves of one interval, applied in `per_app_order`, each planned with
+    `plan_move` on the allocation the ones before it produced: (the allocation after them, the
+    moves applied, the moves refused)."""
+    alloc = obs.allocation
+    applied: list[PlannedMove] = []
+    refused: list[PlannedMove] = []
+    for app, move in per_app_order(obs, moves):
+        planned = plan_move(obs, caps, app, move, alloc)
+        if planned.allocation is None:
+            refused.append(planned)
+            continue
+        alloc = planned.allocation
+        applied.append(planned)
+    return alloc, applied, refused
+
+
 def move_mask(obs: Observation, caps: Capabilities, app: str, alloc: Allocation | None = None) -> np.ndarray:
     """Feasibility of the eleven moves (HOLD first) for `app`, as a boolean array: `plan_move`'s
     candidates, checked with `Allocation.infeasible_reason`'s rules (no allocation is built, no

@@ -684,8 +684,9 @@ class Decision:
     """A controller's output for one tick.
 
     `allocation` is the target allocation (None keeps the current one). `move`/`app` describe it
-    when it is a single PARTIES move. `signals` carries requests the node cannot act on by itself,
-    e.g. {"migrate": "xapian"} (PARTIES Sec. 4.2.1).
+    when it is a single PARTIES move; `moves` when it is several apps' moves of one interval, at
+    most one each, as the `per_app` action mode applies them (`env.moves.plan_moves`). `signals`
+    carries requests the node cannot act on by itself, e.g. {"migrate": "xapian"} (PARTIES Sec. 4.2.1).
     """
 
     allocation: Allocation | None
@@ -693,6 +694,7 @@ class Decision:
     move: Move | None = None
     app: str | None = None
     signals: Mapping[str, Any] = field(default_factory=dict)
+    moves: tuple[tuple[str, Move], ...] = ()
 
     @classmethod
     def hold(cls, reason: str = "hold") -> Decision:

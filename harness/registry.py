@@ -108,6 +108,12 @@ def _oracle_guided(ctx: ControllerContext, arg: str | None) -> Controller:
     return oracle_guided.make(ctx, arg)
 
 
+def _oracle_guided_per_app(ctx: ControllerContext, arg: str | None) -> Controller:
+    from baselines import oracle_guided
+
+    return oracle_guided.make(ctx, arg, per_app=True)
+
+
 def _bo(ctx: ControllerContext, arg: str | None) -> Controller:
     from agents.bo import controller
 
@@ -209,6 +215,13 @@ REGISTRY: dict[str, Entry] = {
     "oracle-guided": Entry(
         _oracle_guided,
         "the Oracle's plan reached one PARTIES move per interval (the learned policy's teacher)",
+        arg="CONFIG",
+        optional_arg=True,
+        needs_sim=True,
+    ),
+    "oracle-guided-per-app": Entry(
+        _oracle_guided_per_app,
+        "the Oracle's plan reached one PARTIES move per app and interval (the per-app policy's teacher)",
         arg="CONFIG",
         optional_arg=True,
         needs_sim=True,

@@ -370,6 +370,12 @@ class TrainConfig:
             raise ConfigError(
                 "ppo.imitation_weight keeps imitating the warm start's labels: it needs a warm_start.teacher"
             )
+        teacher = (self.warm_start.teacher or "").partition(":")[0]
+        if teacher.endswith("-per-app") and self.env.action_mode != "per_app":
+            raise ConfigError(
+                f"warm_start.teacher {self.warm_start.teacher!r} moves every app at once: its labels need "
+                "env.action_mode: per_app"
+            )
         if self.algo == "dqn" and self.env.action_mode != "single":
             raise ConfigError(
                 "algo dqn needs env.action_mode: single (RLlib's DQN acts on a Discrete space); use ppo for per_app"

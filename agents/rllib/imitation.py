@@ -119,10 +119,22 @@ def label(
     hold: np.ndarray | int = 0 if codec.mode == "single" else np.zeros(codec.max_apps, dtype=np.int64)
     if decision.allocation is None or decision.allocation == obs.allocation:
         return hold, True
+    names = [a.name for a in caps.lc_apps]
+    if decision.moves and codec.mode == "per_app":  # one move per app (a per-app teacher)
+        if any(name not in names for name, _ in decision.moves):
+            return hold, False
+        act = np.zeros(codec.max_apps, dtype=np.int64)
+        for name, m in decision.moves:
+            act[names.index(name)] = m.value
+        allowed = mask.reshape(codec.max_apps, N_MOVES)
+        if not allowed[np.arange(codec.max_apps), act].all():
+            return hold, False
+        return act, True
+    if len(decision.moves) > 1:  # several apps' moves: one action of single mode cannot say them
+        return hold, False
     move, app = decision.move, decision.app
     if move is Move.HOLD:  # a change outside the ten moves (PARTIES' network adjustment)
         return hold, True
-    names = [a.name for a in caps.lc_apps]
     if move is None or app not in names:
         return hold, False
     slot = names.index(app)

@@ -475,6 +475,33 @@ def test_teacher_decisions_become_labels_in_the_action_layout(mode):
     assert not ok and np.array_equal(a, hold)
 
 
+@pytest.mark.parametrize("mode", ["single", "per_app"])
+def test_a_decision_of_several_apps_moves_is_a_per_app_label(mode):
+    """`Decision.moves` (a per-app teacher): in per-app mode one label with each app's move at its
+    slot, unexpressible when the mask refuses any of them; in single mode never expressible."""
+    from agents.rllib.imitation import label
+    from env.gym_env import ActionCodec
+    from env.moves import plan_moves
+    from env.types import Decision, Move
+
+    obs, caps = _decision_cases()
+    codec = ActionCodec(4, mode)
+    mask = codec.mask(obs, caps)
+    moves = (("memcached", Move.UP_FREQ), ("xapian", Move.UP_CACHE))
+    alloc, applied, _ = plan_moves(obs, caps, list(moves))
+    assert len(applied) == 2
+    a, ok = label(Decision(alloc, moves=moves), obs, caps, codec, mask)
+    if mode == "single":
+        assert not ok and a == 0
+        return
+    assert ok and a.tolist() == [Move.UP_FREQ.value, Move.UP_CACHE.value, 0, 0]
+    assert codec.decode(a, obs, caps).applied == tuple((p.app, p.move, p.counterpart) for p in applied)
+    blocked = mask.copy()
+    blocked[1, Move.UP_CACHE.value] = False
+    a, ok = label(Decision(alloc, moves=moves), obs, caps, codec, blocked)
+    assert not ok and a.tolist() == [0, 0, 0, 0]
+
+
 def test_a_label_accepts_the_teachers_options_only_when_they_begin_with_its_move():
     from agents.rllib.imitation import accepted
     from env.gym_env import ActionCodec

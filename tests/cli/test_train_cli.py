@@ -85,6 +85,10 @@ def test_help_explains_the_flags(capsys):
             ["--config", "ppo-single", "--set", "algo=dqn", "--set", "env.action_mode=per_app"],
             "env.action_mode",
         ),
+        (
+            ["--config", "full", "--set", "warm_start.teacher=oracle-guided-per-app"],
+            "its labels need env.action_mode: per_app",
+        ),
         (["--config", "ppo-single", "--set", "novalue"], "expected key=value"),
         (["--config", "ppo-single", "--set", "seed=-3"], "seed must be >= 0"),
         (["--config", "ppo-single", "--set", "selection.episodes=-1"], "selection.episodes must be >= 0"),
