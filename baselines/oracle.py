@@ -1618,7 +1618,7 @@ class OracleController(BaseController):
         """(plan, loads, note on the loads, " (new plan)" when it was searched now). A plan is kept
         until the loads change (then searched from `start`, default the allocation in force)."""
         loads, note = self.planned_loads(obs)
-        loads_key = tuple(round(loads[a], 6) for a in self._names)
+        loads_key = self._loads_key(loads)
         fresh = ""
         changed = start is not None and self._key is not None and self._key[-2] != start
         start = obs.allocation if start is None else start
@@ -1632,6 +1632,9 @@ class OracleController(BaseController):
             self.searches.append(self._plan.search)
         assert self._plan is not None
         return self._plan, loads, note, fresh
+
+    def _loads_key(self, loads: dict[str, float]) -> tuple[float, ...]:
+        return tuple(round(loads[a], 6) for a in self._names)
 
     def _plan_key(self, start: Allocation, loads_key: tuple[float, ...]) -> tuple:
         """What a plan depends on: the scenario without its loads, the node, the config, the start
@@ -1652,7 +1655,7 @@ class OracleController(BaseController):
         """Whether `allocation` is viable by this Oracle's verdict at the loads ahead of `obs`, in a
         run that starts in `start` (criterion (a), the analytic run a plan gets; cached per process)."""
         loads, _ = self.planned_loads(obs)
-        key = (*self._plan_key(start, tuple(round(loads[a], 6) for a in self._names)), allocation)
+        key = (*self._plan_key(start, self._loads_key(loads)), allocation)
         if key not in _ADMITS:
             planner = self._planner_from(start)
             _ADMITS[key] = planner.viable(planner.evaluate([allocation], [loads])[0])

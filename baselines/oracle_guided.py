@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING
 
 from env.config import ConfigError, resolve_config
 from env.controller import BaseController, ControllerContext
-from env.moves import PRESSURE_FRAC, adjust_network, per_app_order, plan_move, plan_moves, storage_use
+from env.moves import PRESSURE_FRAC, PlannedMove, adjust_network, plan_move, plan_moves, storage_use
 from env.types import (
     DOWNSIZE_SLACK_ABOVE,
     UPSIZE_SLACK_BELOW,
@@ -183,6 +183,18 @@ def moves_per_app(
     of the same interval); an UP that would then take its unit from another LC app is left out
     unless its app is urgent (step 1), so that apps moving at once do not take from each other what
     the plan gives them. Slot order; () when there is none to make (HOLD)."""
+    return _slot_order(caps, _per_app_plan(obs, caps, target, cfg)[0])
+
+
+def _slot_order(caps: Capabilities, applied: list[PlannedMove]) -> tuple[tuple[str, Move], ...]:
+    slot = {a.name: k for k, a in enumerate(caps.lc_apps)}
+    return tuple(sorted(((p.app, p.move) for p in applied), key=lambda x: slot[x[0]]))
+
+
+def _per_app_plan(
+    obs: Observation, caps: Capabilities, target: Allocation, cfg: GuidedConfig
+) -> tuple[list[PlannedMove], Allocation]:
+    """`moves_per_app`'s moves, in the order they apply, and the allocation after them."""
     slack, lc, g = _slack_and_gaps(obs, caps, target)
     urgent = {a for a in lc if slack.get(a, -math.inf) < cfg.urgent_slack}
     proposed: list[tuple[str, Move]] = []
@@ -198,18 +210,12 @@ def moves_per_app(
             if first is not None:
                 proposed.append(first)
                 break
-    kept: list[tuple[str, Move]] = []
-    alloc = obs.allocation
-    for a, m in per_app_order(obs, proposed):
-        planned = plan_move(obs, caps, a, m, alloc)
-        if planned.allocation is None:
-            continue
-        if m.direction is Direction.UP and planned.counterpart in lc and a not in urgent:
-            continue
-        alloc = planned.allocation
-        kept.append((a, m))
-    order = {a: k for k, a in enumerate(lc)}
-    return tuple(sorted(kept, key=lambda x: order[x[0]]))
+
+    def no_lc_victim(p: PlannedMove) -> bool:
+        return p.move.direction is not Direction.UP or p.counterpart not in lc or p.app in urgent
+
+    alloc, applied, _ = plan_moves(obs, caps, proposed, accept=no_lc_victim)
+    return applied, alloc
 
 
 def move_toward(
@@ -312,11 +318,7 @@ class OracleGuidedController(BaseController):
             return self._decide_per_app(obs, plan.allocation, fell_back)
         step = move_toward(obs, caps, plan.allocation, self.cfg)
         if step is None:
-            alloc, notes = adjust_network(obs, obs.allocation, caps)  # outside the moves (PARTIES Alg. 1)
-            reason = "oracle-guided: at the Oracle's plan (or no move leads there)"
-            if alloc == obs.allocation:
-                return Decision.hold(reason)
-            return Decision(alloc, reason=f"{reason}; {', '.join(notes)}", move=Move.HOLD)
+            return self._at_plan(obs)
         app, move = step
         planned = plan_move(obs, caps, app, move)
         assert planned.allocation is not None  # move_toward returns feasible moves only
@@ -331,18 +333,23 @@ class OracleGuidedController(BaseController):
             app=app,
         )
 
+    def _at_plan(self, obs: Observation) -> Decision:
+        """No move to make: a HOLD, with the network partition following the apps' use."""
+        assert self.caps is not None
+        alloc, notes = adjust_network(obs, obs.allocation, self.caps)  # outside the moves (PARTIES Alg. 1)
+        reason = "oracle-guided: at the Oracle's plan (or no move leads there)"
+        if alloc == obs.allocation:
+            return Decision.hold(reason)
+        return Decision(alloc, reason=f"{reason}; {', '.join(notes)}", move=Move.HOLD)
+
     def _decide_per_app(self, obs: Observation, target: Allocation, fell_back: bool) -> Decision:
         caps = self.caps
         assert caps is not None
-        moves = moves_per_app(obs, caps, target, self.cfg)
-        alloc, applied, refused = plan_moves(obs, caps, list(moves))
-        assert not refused  # moves_per_app keeps the moves that apply in this order
-        alloc, notes = adjust_network(obs, alloc, caps)  # outside the moves (PARTIES Alg. 1)
+        applied, alloc = _per_app_plan(obs, caps, target, self.cfg)
         if not applied:
-            reason = "oracle-guided: at the Oracle's plan (or no move leads there)"
-            if alloc == obs.allocation:
-                return Decision.hold(reason)
-            return Decision(alloc, reason=f"{reason}; {', '.join(notes)}", move=Move.HOLD)
+            return self._at_plan(obs)
+        moves = _slot_order(caps, applied)
+        alloc, notes = adjust_network(obs, alloc, caps)  # outside the moves (PARTIES Alg. 1)
         if fell_back:
             notes = ["the window verdict's plan: no allocation keeps every interval within target", *notes]
         said = ", ".join(f"{p.move} for {p.app}" for p in applied)

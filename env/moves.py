@@ -15,6 +15,7 @@ of an app (the action mask of the Gymnasium env).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -161,17 +162,20 @@ def per_app_order(obs: Observation, moves: list[tuple[str, Move]]) -> list[tuple
 
 
 def plan_moves(
-    obs: Observation, caps: Capabilities, moves: list[tuple[str, Move]]
+    obs: Observation,
+    caps: Capabilities,
+    moves: list[tuple[str, Move]],
+    accept: Callable[[PlannedMove], bool] | None = None,
 ) -> tuple[Allocation, list[PlannedMove], list[PlannedMove]]:
     """Several apps' moves of one interval, applied in `per_app_order`, each planned with
     `plan_move` on the allocation the ones before it produced: (the allocation after them, the
-    moves applied, the moves refused)."""
+    moves applied, the moves refused: infeasible, or, with `accept`, a feasible one it rejects)."""
     alloc = obs.allocation
     applied: list[PlannedMove] = []
     refused: list[PlannedMove] = []
     for app, move in per_app_order(obs, moves):
         planned = plan_move(obs, caps, app, move, alloc)
-        if planned.allocation is None:
+        if planned.allocation is None or (accept is not None and not accept(planned)):
             refused.append(planned)
             continue
         alloc = planned.allocation

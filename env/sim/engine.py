@@ -439,10 +439,11 @@ def interval_meet_probability(
     q = np.asarray(tail_at_target, dtype=float)
     m = np.broadcast_to(np.asarray(mean_requests, dtype=float), np.broadcast(q, mean_requests).shape)
     q = np.broadcast_to(q, m.shape)
-    out = meet_probability(q, m)
     few = m < _FEW_REQUESTS
     if not few.any():
-        return out
+        return meet_probability(q, m)
+    out = np.empty(m.shape)
+    out[~few] = meet_probability(q[~few], m[~few])
     mf, qf = np.maximum(m[few], 0.0)[:, None], q[few][:, None]
     n = _MAX_COUNT[None, :]
     with np.errstate(divide="ignore", invalid="ignore"):  # a mean of 0: P(0) = 1, set below
@@ -454,7 +455,6 @@ def interval_meet_probability(
     rest = ~_SLOWEST
     given[:, rest] = betainc(_RANK[rest], _MAX_COUNT[rest] - _RANK[rest] + 1.0, f)
     given[:, 0] = (qf[:, 0] <= 1.0 - empty_u).astype(float)  # n = 0: the expected p99
-    out = np.array(out, dtype=float)
     out[few] = (pmf * given).sum(axis=1)
     return out
 

@@ -143,21 +143,27 @@ def test_the_teacher_beats_parties_on_qos_and_be(scenario):
     assert res["oracle-guided"][1] > res["parties"][1], res
 
 
+def _teacher_at_start(scenario: str, config: str):
+    """(the scenario, the Oracle-guided teacher with the Oracle config `config`, reset on a node
+    of it, the node's first observation)."""
+    from baselines.oracle import OracleController, load_oracle_config
+    from baselines.oracle_guided import OracleGuidedController
+
+    scn = load_scenario(resolve_config("scenarios", scenario))
+    cfg = load_oracle_config(resolve_config("baselines", config))
+    sim = SimNode(scn, seed=scn.seed, histograms=False)
+    ctl = OracleGuidedController(OracleController(scn, scn.seed, cfg))
+    ctl.reset(sim.capabilities(), np.random.default_rng(0))
+    return scn, ctl, sim.observe()
+
+
 def test_where_no_plan_keeps_every_interval_within_target_the_teacher_leads_to_the_window_plan():
     """Beside six apps (PARTIES Fig. 6 right, MongoDB at its knee) no allocation keeps every
     interval within target: the teacher's intervals plan is not viable there, and it leads to the
     referee's window plan instead, which sustains the window and feeds the BE job (the closest
     intervals plan did neither: 0 of 3 seeds, BE 0.0%)."""
-    from baselines.oracle import OracleController, load_oracle_config
-    from baselines.oracle_guided import OracleGuidedController
-
-    scn = load_scenario(resolve_config("scenarios", "mix6-const"))
-    cfg = load_oracle_config(resolve_config("baselines", "oracle-guided"))
-    assert cfg.verdict == "intervals"
-    sim = SimNode(scn, seed=scn.seed, histograms=False)
-    ctl = OracleGuidedController(OracleController(scn, scn.seed, cfg))
-    ctl.reset(sim.capabilities(), np.random.default_rng(0))
-    obs = sim.observe()
+    scn, ctl, obs = _teacher_at_start("mix6-const", "oracle-guided")
+    assert ctl.oracle.cfg.verdict == "intervals"
     own = ctl.oracle.plan_from(obs, obs.allocation)
     assert not own.viable
     chosen = ctl.plan_for(obs)
@@ -175,16 +181,8 @@ def test_a_plan_that_keeps_the_intervals_but_not_the_window_gives_way_to_the_win
     then its slowest request. With `interval_counts: poisson` the teacher follows a plan only when
     the referee's window verdict admits it too, else the window plan, which sustains the window
     here in both seeds."""
-    from baselines.oracle import OracleController, load_oracle_config
-    from baselines.oracle_guided import OracleGuidedController
-
-    scn = load_scenario(resolve_config("scenarios", "settle-mix5"))
-    cfg = load_oracle_config(resolve_config("baselines", "oracle-guided-poisson"))
-    assert cfg.interval_counts == "poisson"
-    sim = SimNode(scn, seed=scn.seed, histograms=False)
-    ctl = OracleGuidedController(OracleController(scn, scn.seed, cfg))
-    ctl.reset(sim.capabilities(), np.random.default_rng(0))
-    obs = sim.observe()
+    scn, ctl, obs = _teacher_at_start("settle-mix5", "oracle-guided-poisson")
+    assert ctl.oracle.cfg.interval_counts == "poisson"
     own = ctl.oracle.plan_from(obs, obs.allocation)
     assert ctl.fallback is not None
     assert own.viable and not ctl.fallback.admits(obs, obs.allocation, own.allocation)
