@@ -271,10 +271,11 @@ def calibration_doc() -> str:
 
 
 def bench_doc() -> str:
-    """The benchmark's description (the simulator bench's module docstring)."""
+    """The benchmark's description (the simulator bench's module docstring, then the layers above it)."""
     from env.sim import bench
+    from harness import bench as layers
 
-    return bench.__doc__ or ""
+    return (bench.__doc__ or "") + "\n" + (layers.__doc__ or "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -74,7 +74,12 @@ Search (the numbers are for PARTIES' node):
    its viable set in the friendly company for k, so it lies above a packing of frontier points. A
    point joins the frontier when it would meet (a) with `frontier_margin` (20%) less tail and
    utilisation, so that exceptions to M smaller than that lose nothing (found: Xapian near 2 cores
-   and 3-4 ways, a few % of tail). The tests check M on sampled allocations.
+   and 3-4 ways, a few % of tail). The tests check M on sampled allocations. M2 also bounds each
+   search by the frontiers already found for the same app and load: a point above no point of the
+   frontier in friendlier company (alone; beside the BE jobs paused) cannot meet, and a point above
+   one of the frontier in harsher company (beside the BE jobs on one more core step; under (a)
+   itself, for the search at `possible_meet_prob` below) does: `minimal_points` asks the same
+   questions and gets the same answers, and only the others are run (`Planner.frontier`).
 2. *Packings.* For k BE core steps, every choice of one frontier point per app whose cores fit
    beside the k and whose ways, memory and disk fit the node (the BE jobs keep the minimum ways and
    memory), in decreasing order of the BE bound (the BE jobs' throughput alone on k cores and the ways
@@ -539,6 +544,12 @@ def minimal_points(
     return minimal_of(lows), asker.known, not asker.out_of_budget
 
 
+def _above_any(points: np.ndarray, corners: np.ndarray) -> np.ndarray:
+    """(B,) whether each of `points` (B, D) is >= one of `corners` (K, D) in every coordinate."""
+    ge = np.greater_equal(points[:, None, :], corners[None, :, :])
+    return np.any(np.all(ge, axis=2), axis=1)
+
+
 def minimal_of(points: Sequence[Point]) -> list[Point]:
     """The points not dominated (>= in every coordinate) by another one of them."""
     if not points:
@@ -562,8 +573,9 @@ class AppFrontier:
     points: tuple[Point, ...]  # minimal points whose isolated run meets the criterion (with the margin)
     stand_ins: tuple[Point, ...]  # no such point: the minimal points as good as the whole node alone
     best_p_meet: float  # no such point: P(meet) with the whole node alone, else 1
-    evaluations: int
+    evaluations: int  # points the bisection asked about (its budget counts them)
     complete: bool  # the bisection finished within its budget
+    runs: int = 0  # of those, the points run (the rest answered by a floor or a ceiling: `Planner.frontier`)
 
     @property
     def candidates(self) -> tuple[Point, ...]:
@@ -1004,6 +1016,8 @@ class Planner:
         be_units: int = 0,
         corunner_cores: dict[str, float] | None = None,
         possible: bool = False,
+        floor: Sequence[Point] = (),
+        ceiling: Sequence[Point] = (),
     ) -> AppFrontier:
         """Step 1 for one app: its minimal points that meet criterion (a) with `frontier_margin`
         (`possible`: P(meet) >= `possible_meet_prob` and no saturation instead), at turbo, from the
@@ -1013,14 +1027,21 @@ class Planner:
         no disk; below it the search covers all four axes. With no point (`possible` only), the
         stand-ins: the least resources that do as well as the whole node. Beside idle LC apps (no
         `corunner_cores`) nothing but the app's own load and network enters the run, so the planner
-        keeps that frontier for its later plans (a complete search within `budget` is found again)."""
+        keeps that frontier for its later plans (a complete search within `budget` is found again).
+
+        `floor`: the minimal points of a complete frontier of the same app, load and criterion in
+        friendlier company (alone, or beside fewer BE cores); `ceiling`: points of a frontier in
+        harsher company (beside more BE cores). Company only adds interference (assumption M), so a
+        point above none of the floor's cannot meet, and a point above one of the ceiling's meets:
+        both are answered without a run. The search asks the same questions and gets the same
+        answers, in fewer runs."""
         if corunner_cores is not None:  # beside the others at their loads: theirs matter too
-            return self._frontier(app, loads, net, budget, be_units, corunner_cores, possible)
+            return self._frontier(app, loads, net, budget, be_units, corunner_cores, possible, floor, ceiling)
         key = (app, loads.get(app, 0.0), net[app], be_units, possible)
         known = self._alone.get(key)
         if known is not None and known.complete and known.evaluations <= budget:
             return known  # what the same search would find again (it is deterministic)
-        self._alone[key] = self._frontier(app, loads, net, budget, be_units, None, possible)
+        self._alone[key] = self._frontier(app, loads, net, budget, be_units, None, possible, floor, ceiling)
         return self._alone[key]
 
     def _frontier(
@@ -1032,6 +1053,8 @@ class Planner:
         be_units: int,
         corunner_cores: dict[str, float] | None,
         possible: bool,
+        floor: Sequence[Point] = (),
+        ceiling: Sequence[Point] = (),
     ) -> AppFrontier:
         """`frontier`, searched."""
         axes = self.axes(app)
@@ -1048,10 +1071,30 @@ class Planner:
         threshold = cfg.possible_meet_prob if possible else judge.threshold()
         cap = 1.0 if possible else cfg.max_utilization
         seen: dict[Point, tuple[float, float]] = {}
+        lowest = np.array(floor, dtype=int).reshape(-1, 4)
+        meeting = np.array(ceiling, dtype=int).reshape(-1, 4)
+        runs = 0
+        bounded: set[Point] = set()  # answered by the floor or the ceiling, without a run
 
         def member(points: list[Point]) -> list[bool]:
+            if not (len(lowest) or len(meeting)) or not points:
+                return evaluate(points)
+            # above no point of the floor: cannot meet; above one of the ceiling: meets (`frontier`)
+            pts = np.array(points, dtype=int)
+            meets = _above_any(pts, meeting)
+            may = _above_any(pts, lowest) if len(lowest) else np.ones(len(points), bool)
+            answers = [bool(x) for x in meets]
+            run = [int(i) for i in np.flatnonzero(may & ~meets)]
+            bounded.update(points[int(i)] for i in np.flatnonzero(~may | meets))
+            for i, ok in zip(run, evaluate([points[i] for i in run])):
+                answers[i] = ok
+            return answers
+
+        def evaluate(points: list[Point]) -> list[bool]:
+            nonlocal runs
             if not points:
                 return []
+            runs += len(points)
             vals = np.array([axes.values(p) for p in points], dtype=float)
             rows, lam = self.environment(app, vals, loads, net, be_units, corunner_cores)
             res = self.company.run(rows, lam, self.start_rows)
@@ -1087,20 +1130,20 @@ class Planner:
             used += len(known)
             complete &= ok
         if points or not possible:
-            return AppFrontier(app, axes, tuple(sorted(minimal_of(points))), (), 1.0, used, complete)
+            return AppFrontier(app, axes, tuple(sorted(minimal_of(points))), (), 1.0, used, complete, runs)
         top_all = axes.top
         if top_all not in seen:
-            member([top_all])
-            used += 1
+            used += top_all not in bounded  # asked, it counted then
+            evaluate([top_all])
         p_top, t_top = seen[top_all]
 
         def as_good(ps: list[Point]) -> list[bool]:
-            member([p for p in ps if p not in seen])
+            evaluate([p for p in ps if p not in seen])
             return [seen[p][0] >= p_top - 0.01 and seen[p][1] >= t_top * 1.05 - _EPS for p in ps]
 
         stand, known, _ = minimal_points(top_all, as_good, max(budget - used, 1))
         used += len(known)
-        return AppFrontier(app, axes, (), tuple(sorted(stand)) or (top_all,), p_top, used, complete)
+        return AppFrontier(app, axes, (), tuple(sorted(stand)) or (top_all,), p_top, used, complete, runs)
 
     # ---- step 2: packings --------------------------------------------------------------------------
     def be_bound(self) -> np.ndarray:
@@ -1346,18 +1389,31 @@ class _Search:
         self.verdict = "unverified"
         self.fronts0: list[AppFrontier] = []
         self._corunner_cores: dict[str, float] = {}
+        self._met_alone: list[AppFrontier] = []  # step 1 under the criterion: alone, and beside the others
+        self._met_beside: list[AppFrontier] = []
 
     # ---- budgets ----------------------------------------------------------------------------------
     def _left(self) -> int:
         return self.p.cfg.search_budget - self.evaluations
 
     def _fronts(
-        self, be_units: int, corunner_cores: dict[str, float] | None, possible: bool = False
+        self,
+        be_units: int,
+        corunner_cores: dict[str, float] | None,
+        possible: bool = False,
+        floors: Sequence[AppFrontier] = (),
+        ceilings: Sequence[AppFrontier] = (),
     ) -> list[AppFrontier]:
+        """Every LC app's frontier; `floors` and `ceilings`, the same apps' frontiers in friendlier
+        and harsher company (`Planner.frontier`; only complete floors serve)."""
         out = []
-        for a in self.p.lc:
+        for i, a in enumerate(self.p.lc):
             left = self.p.cfg.frontier_budget - self.frontier_evaluations
-            f = self.p.frontier(a, self.loads, self.net, left, be_units, corunner_cores, possible)
+            floor = floors[i].points if floors and floors[i].complete else ()
+            ceiling = ceilings[i].points if ceilings else ()
+            f = self.p.frontier(
+                a, self.loads, self.net, left, be_units, corunner_cores, possible, floor, ceiling
+            )
             self.frontier_evaluations += f.evaluations
             if not f.complete:
                 self.exhausted = True
@@ -1366,12 +1422,22 @@ class _Search:
 
     def _company(self, possible: bool) -> list[AppFrontier]:
         """The frontiers beside paused BE jobs and the other LC apps on the fewest cores they can meet
-        with alone (step 1; alone first, to know those cores); alone when an app cannot meet at all."""
-        alone = self._fronts(0, None, possible)
+        with alone (step 1; alone first, to know those cores); alone when an app cannot meet at all.
+        With `possible`, the frontiers under the criterion are ceilings (a point that meets it meets
+        `possible_meet_prob` below no more utilisation): alone, and beside the others when they stand
+        on the same cores."""
+        alone = self._fronts(0, None, possible, ceilings=self._met_alone if possible else ())
+        if not possible:
+            self._met_alone = alone
         if not all(f.points for f in alone):
             return alone
-        self._corunner_cores = {f.app: min(f.axes.values(q)[0] for q in f.points) for f in alone}
-        return self._fronts(0, self._corunner_cores, possible)
+        cores = {f.app: min(f.axes.values(q)[0] for q in f.points) for f in alone}
+        met = self._met_beside if possible and cores == self._corunner_cores else []
+        self._corunner_cores = cores
+        fronts = self._fronts(0, cores, possible, alone, met)
+        if not possible:
+            self._met_beside = fronts
+        return fronts
 
     def _pack(self, fronts: list[AppFrontier], be_units: int) -> list[Packing]:
         packs, whole = self.p.packings(fronts, be_units, max(self._left(), 1))
@@ -1479,10 +1545,12 @@ class _Search:
         if packs0:
             k_max = p.units - sum(min(f.axes.values(q)[0] for q in f.points) for f in f0) / p.caps.core_step
             bound = p.be_bound() if p.be else None
+            harsher: list[AppFrontier] = []  # the frontiers beside the BE jobs on k + 1 core steps
             for k in range(round(k_max), -1, -1) if p.be else (0,):
                 if bound is not None and self._beaten(float(bound[k].max())):
                     break
-                fk = f0 if k == 0 else self._fronts(k, self._corunner_cores)
+                fk = f0 if k == 0 else self._fronts(k, self._corunner_cores, floors=f0, ceilings=harsher)
+                harsher = fk
                 if not all(f.points for f in fk):
                     continue
                 if not self._verify(fk, packs0 if k == 0 else self._pack(fk, k)):

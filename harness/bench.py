@@ -1,8 +1,9 @@
 """`evaluate.py bench`: the simulator's speed (`env.sim.bench`), the training env's speed (the
-vector env that RLlib's env runners step), and the serving loop's overhead (decide + guards + apply
+vector env that RLlib's env runners step), the serving loop's overhead (decide + guards + apply
 per tick on the 6-app mix, and the loop's share of a core) for PARTIES, a static controller and a
-learned policy of `configs/train/full.yaml`'s shape, in one run so that figures before and after a
-change are compared on the same machine state."""
+learned policy of `configs/train/full.yaml`'s shape, and the Oracle's search (seconds per plan and
+the allocations it ran, `oracle_plans`), in one run so that figures before and after a change are
+compared on the same machine state."""
 
 from __future__ import annotations
 
@@ -77,6 +78,58 @@ def training_env_steps(repeats: int, steps: int = 200) -> dict[str, Any]:
     return {"num_envs": n, "env_steps_per_s": round(float(np.median(rates)))}
 
 
+ORACLE_POINTS = (  # three apps with (cores, ways) frontiers; four with MongoDB's four-axis one
+    {"memcached": 0.3, "xapian": 0.3, "nginx": 0.3},
+    {"xapian": 0.1, "moses": 0.4, "mongodb": 0.3, "sphinx": 0.3},
+)
+
+
+def oracle_plans(repeats: int) -> list[dict[str, Any]]:
+    """The Oracle's search (`baselines.oracle.Planner.plan`, configs/baselines/oracle.yaml) for each
+    of `ORACLE_POINTS`, a fresh planner per plan: seconds per plan (the median of `repeats`, at
+    most 3) and the allocations its analytic runs evaluated, per-app (step 1) and joint: the search is
+    deterministic, so these counts compare two versions of it without the machine's noise."""
+    from baselines.oracle import Planner, load_oracle_config
+    from env.sim.node import SimNode
+    from env.sim.scenario import simple_scenario
+
+    cfg = load_oracle_config()
+    out = []
+    for loads in ORACLE_POINTS:
+        scn = simple_scenario(loads)
+        caps = SimNode(scn, seed=0).capabilities()
+        seconds, runs = [], {}
+        for _ in range(min(repeats, 3)):
+            planner = Planner(scn, caps, cfg)
+            counted = {"per_app": 0, "joint": 0}
+            for name, runner in (("per_app", planner.company), ("joint", planner.batch)):
+                runner.run = _counting(runner, counted, name)  # type: ignore[method-assign]
+            t0 = time.perf_counter()
+            plan = planner.plan(loads)
+            seconds.append(time.perf_counter() - t0)
+            runs = counted
+        out.append(
+            {
+                "apps": ",".join(loads),
+                "plan_s": round(float(np.median(seconds)), 3),
+                "verdict": plan.search.verdict,
+                "allocations_run": runs,
+            }
+        )
+    return out
+
+
+def _counting(runner: Any, counted: dict[str, int], name: str) -> Any:
+    """`runner.run`, counting the allocations (rows) it is asked to evaluate into `counted[name]`."""
+    real = runner.run
+
+    def run(rows: np.ndarray, *args: Any, **kw: Any) -> Any:
+        counted[name] += len(rows)
+        return real(rows, *args, **kw)
+
+    return run
+
+
 def run_bench(out: Path, *, repeats: int = 5, batch: int = 4096, overwrite: bool = False) -> int:
     """Measure, print the figures against their goals and write `out/bench.json`."""
     if repeats < 1 or batch < 1:
@@ -89,6 +142,8 @@ def run_bench(out: Path, *, repeats: int = 5, batch: int = 4096, overwrite: bool
         res["serve_loop_overhead"].append(learned_policy_overhead())
         print("running training_env_steps ...", flush=True)
         res["training_env"] = training_env_steps(repeats)
+        print("running oracle_plans ...", flush=True)
+        res["oracle_plans"] = oracle_plans(repeats)
         for k in ("sim_steps_per_s", "sim_batched_app_steps_per_s", "fleet_node_steps_per_s"):
             goal = bench.GOALS.get(k)
             met = "" if goal is None else (f"  (goal {goal:,}: {'met' if res[k] >= goal else 'NOT met'})")
@@ -103,6 +158,12 @@ def run_bench(out: Path, *, repeats: int = 5, batch: int = 4096, overwrite: bool
         print(
             f"training_env_steps_per_s       {t['env_steps_per_s']:>12,}  ({t['num_envs']} sub-envs, one env runner)"
         )
+        for r in res["oracle_plans"]:
+            runs = r["allocations_run"]
+            print(
+                f"oracle_plan_s {r['apps']:<28} {r['plan_s']:>8.2f}  ({r['verdict']}; allocations run: "
+                f"{runs['per_app']:,} per app, {runs['joint']:,} joint)"
+            )
         (tmp / "bench.json").write_text(json.dumps(res, indent=2))
     print(f"wrote {out / 'bench.json'}")
     return 0
