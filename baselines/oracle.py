@@ -1389,8 +1389,7 @@ class _Search:
         self.verdict = "unverified"
         self.fronts0: list[AppFrontier] = []
         self._corunner_cores: dict[str, float] = {}
-        self._met_alone: list[AppFrontier] = []  # step 1 under the criterion: alone, and beside the others
-        self._met_beside: list[AppFrontier] = []
+        self._met_alone: list[AppFrontier] = []  # step 1 alone, under the criterion
 
     # ---- budgets ----------------------------------------------------------------------------------
     def _left(self) -> int:
@@ -1432,12 +1431,9 @@ class _Search:
         if not all(f.points for f in alone):
             return alone
         cores = {f.app: min(f.axes.values(q)[0] for q in f.points) for f in alone}
-        met = self._met_beside if possible and cores == self._corunner_cores else []
+        met = self.fronts0 if possible and cores == self._corunner_cores else []  # step 1 beside them (`run`)
         self._corunner_cores = cores
-        fronts = self._fronts(0, cores, possible, alone, met)
-        if not possible:
-            self._met_beside = fronts
-        return fronts
+        return self._fronts(0, cores, possible, alone, met)
 
     def _pack(self, fronts: list[AppFrontier], be_units: int) -> list[Packing]:
         packs, whole = self.p.packings(fronts, be_units, max(self._left(), 1))

@@ -227,14 +227,16 @@ def test_frontier_points_meet_and_points_below_them_do_not(light):
     assert all(any(all(a <= b for a, b in zip(q, p)) for q in alone.points) for p in f.points)
 
 
-def _bounded_search_is_the_same(planner, app, loads, be_units, company, floor=(), ceiling=()):
+def _bounded_searches_are_the_same(planner, app, loads, be_units, company, *bounds):
+    """The frontier searched plainly, then with each (floor, ceiling) of `bounds`: the same."""
     net = planner.network(loads)
     plain = planner.frontier(app, loads, net, 30_000, be_units, company)
-    bounded = planner.frontier(app, loads, net, 30_000, be_units, company, floor=floor, ceiling=ceiling)
-    assert plain.complete and bounded.complete and plain.points
-    assert bounded.points == plain.points
-    assert bounded.evaluations == plain.evaluations == plain.runs
-    assert bounded.runs < plain.runs, (app, be_units, bounded.runs)
+    assert plain.complete and plain.points and plain.evaluations == plain.runs
+    for floor, ceiling in bounds:
+        bounded = planner.frontier(app, loads, net, 30_000, be_units, company, floor=floor, ceiling=ceiling)
+        assert bounded.complete and bounded.points == plain.points
+        assert bounded.evaluations == plain.evaluations
+        assert bounded.runs < plain.runs, (app, be_units, bounded.runs)
     return plain
 
 
@@ -251,10 +253,11 @@ def test_frontiers_in_other_company_answer_without_runs_and_the_frontier_is_the_
     for a in apps:
         company = {o: 2.0 for o in apps if o != a}
         alone = planner.frontier(a, loads, net, 30_000)
-        beside = _bounded_search_is_the_same(planner, a, loads, 0, company, floor=alone.points)
+        beside = _bounded_searches_are_the_same(planner, a, loads, 0, company, (alone.points, ()))
         harsh = planner.frontier(a, loads, net, 30_000, 4, company)
-        _bounded_search_is_the_same(planner, a, loads, 2, company, beside.points, harsh.points)
-        _bounded_search_is_the_same(planner, a, loads, 2, company, ceiling=harsh.points)
+        _bounded_searches_are_the_same(
+            planner, a, loads, 2, company, (beside.points, harsh.points), ((), harsh.points)
+        )
         # out of budget at once: the stand-ins come from the whole node's own run, as without a ceiling
         cut = planner.frontier(a, loads, net, 3, 2, company, possible=True, ceiling=harsh.points)
         plain = planner.frontier(a, loads, net, 3, 2, company, possible=True)
