@@ -51,6 +51,16 @@ on 1..6-app mixes runs on any mix of up to `max_apps` apps.
   scenarios of the README's table two of them moved by at most 1.5 points of EMU and 0.1 of QoS
   (README, "Where the learned policy stands"). It costs little elsewhere because the Oracle-guided
   teacher rarely takes from an app that close to its target either (2-3% of its labels).
+* `spare_core_util` (NetSpec): below `down_slack_min`, `<DOWN,CORE>` is still offered to an app
+  whose cores are busy less than this fraction of the time (the `cpu_util` feature; 0, unmeasured,
+  does not count). Why: the slack rule is a ratchet for an app whose latency is not its cores'.
+  MongoDB at its knee beside five apps (PARTIES Fig. 6 right) sits at 0.8-0.95x its target on any
+  number of cores, its threads waiting on I/O (0.05-0.2 of its cores busy), so a core given to it
+  after a noisy interval is never offered back; the Oracle gives it one core there. PARTIES does not
+  take back an upsize that did not help either (Sec. 4.2.3). `model.spare_core_util` is off by
+  default: at 0.15, in two training seeds, EMU rose on the held-out five-app mix in one; the other
+  lost QoS on the Q-PRM node, where the rule does not fire (README, "Where the learned policy
+  stands").
 
 **The export file** (`policy.pt`, written atomically by `export_policy`) is a torch pickle of plain
 data only - `{"format", "version", "meta", "state_dict"}` - read with `torch.load(weights_only=True)`.
@@ -139,7 +149,9 @@ class NetSpec:
     (PPO); DQN scores actions with the policy trunk only. `pressure_mask` withholds `<UP,MEM>` /
     `<UP,DISK>` from apps that do not use most of what they have (module docstring; off in files
     written before it existed). `down_slack_min`: the DOWN moves of an app are offered only while
-    its slack feature is above it (module docstring; None, as in files written before it: always)."""
+    its slack feature is above it (module docstring; None, as in files written before it: always);
+    `spare_core_util`: below it, `<DOWN,CORE>` is still offered to an app whose `cpu_util` is under
+    this (module docstring; None, as in files written before it: never)."""
 
     action_mode: ActionMode
     max_apps: int
@@ -147,6 +159,7 @@ class NetSpec:
     with_value: bool = True
     pressure_mask: bool = False
     down_slack_min: float | None = None
+    spare_core_util: float | None = None
 
     def __post_init__(self) -> None:
         if self.action_mode not in ("single", "per_app"):
@@ -196,7 +209,7 @@ def _withhold(spec: NetSpec, apps: Any, allowed: Any) -> None:
     if spec.pressure_mask:
         _withhold_pressure(allowed, apps, spec.action_mode)
     if spec.down_slack_min is not None:
-        _withhold_slack(allowed, apps, spec.action_mode, spec.down_slack_min)
+        _withhold_slack(allowed, apps, spec.action_mode, spec.down_slack_min, spec.spare_core_util)
 
 
 def _column(move: Move, action_mode: str) -> int:
@@ -211,10 +224,16 @@ def _withhold_pressure(allowed: Any, apps: Any, action_mode: str) -> None:
         allowed[..., _column(move, action_mode)] &= apps[..., feature] < SPARE_FRAC
 
 
-def _withhold_slack(allowed: Any, apps: Any, action_mode: str, down_slack_min: float) -> None:
+def _withhold_slack(
+    allowed: Any, apps: Any, action_mode: str, down_slack_min: float, spare_core_util: float | None
+) -> None:
     ok = apps[..., _APP_NAMES.index("slack")] > down_slack_min
     for move in DOWN_MOVES:
-        allowed[..., _column(move, action_mode)] &= ok
+        if move is Move.DOWN_CORE and spare_core_util is not None:
+            util = apps[..., _APP_NAMES.index("cpu_util")]
+            allowed[..., _column(move, action_mode)] &= ok | ((util > 0) & (util < spare_core_util))
+        else:
+            allowed[..., _column(move, action_mode)] &= ok
 
 
 def feasible_mask(spec: NetSpec, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -292,30 +292,33 @@ class OracleGuidedController(BaseController):
         the window (module docstring)."""
         return self._plan(obs)[0]
 
-    def _plan(self, obs: Observation) -> tuple[Plan, bool]:
-        """`plan_for`'s plan, and whether it is the window verdict's."""
+    def _plan(self, obs: Observation) -> tuple[Plan, str | None]:
+        """`plan_for`'s plan, and, when it is the window verdict's, why (a note for the reason)."""
         if self._start is None:
             self._start = obs.allocation
         plan = self.oracle.plan_from(obs, self._start)
         if self.fallback is None:
-            return plan, False
-        if plan.viable and (
-            self.oracle.cfg.interval_counts == "mean"
-            or self.fallback.admits(obs, self._start, plan.allocation)
+            return plan, None
+        if not plan.viable:
+            why = "the window verdict's plan: no allocation keeps every interval within target"
+        elif self.oracle.cfg.interval_counts == "mean" or self.fallback.admits(
+            obs, self._start, plan.allocation
         ):
-            return plan, False
+            return plan, None
+        else:
+            why = "the window verdict's plan: the window verdict does not admit the intervals plan"
         window = self.fallback.plan_from(obs, self._start)
         if not window.viable:
-            return plan, False
-        return window, True
+            return plan, None
+        return window, why
 
     def _decide(self, obs: Observation) -> Decision:
-        plan, fell_back = self._plan(obs)
+        plan, fallback_note = self._plan(obs)
         caps = self.caps
         assert caps is not None
         self._last, self._options = (obs, plan.allocation), None
         if self.cfg.per_app:
-            return self._decide_per_app(obs, plan.allocation, fell_back)
+            return self._decide_per_app(obs, plan.allocation, fallback_note)
         step = move_toward(obs, caps, plan.allocation, self.cfg)
         if step is None:
             return self._at_plan(obs)
@@ -323,8 +326,8 @@ class OracleGuidedController(BaseController):
         planned = plan_move(obs, caps, app, move)
         assert planned.allocation is not None  # move_toward returns feasible moves only
         alloc, notes = adjust_network(obs, planned.allocation, caps)
-        if fell_back:
-            notes = ["the window verdict's plan: no allocation keeps every interval within target", *notes]
+        if fallback_note:
+            notes = [fallback_note, *notes]
         return Decision(
             alloc,
             reason=f"oracle-guided: {move} for {app} toward the Oracle's plan (PARTIES Sec. 5.2.3)"
@@ -342,7 +345,7 @@ class OracleGuidedController(BaseController):
             return Decision.hold(reason)
         return Decision(alloc, reason=f"{reason}; {', '.join(notes)}", move=Move.HOLD)
 
-    def _decide_per_app(self, obs: Observation, target: Allocation, fell_back: bool) -> Decision:
+    def _decide_per_app(self, obs: Observation, target: Allocation, fallback_note: str | None) -> Decision:
         caps = self.caps
         assert caps is not None
         applied, alloc = _per_app_plan(obs, caps, target, self.cfg)
@@ -350,8 +353,8 @@ class OracleGuidedController(BaseController):
             return self._at_plan(obs)
         moves = _slot_order(caps, applied)
         alloc, notes = adjust_network(obs, alloc, caps)  # outside the moves (PARTIES Alg. 1)
-        if fell_back:
-            notes = ["the window verdict's plan: no allocation keeps every interval within target", *notes]
+        if fallback_note:
+            notes = [fallback_note, *notes]
         said = ", ".join(f"{p.move} for {p.app}" for p in applied)
         return Decision(
             alloc,

@@ -31,7 +31,7 @@ from ray.rllib.utils.schedules.scheduler import Scheduler
 from agents.policy import ColocNet, NetSpec
 from env.types import N_MOVES
 
-NET_KEYS = ("action_mode", "max_apps", "hidden_units", "pressure_mask", "down_slack_min")
+NET_KEYS = ("action_mode", "max_apps", "hidden_units", "pressure_mask", "down_slack_min", "spare_core_util")
 
 
 def net_model_config(spec: NetSpec) -> dict[str, Any]:

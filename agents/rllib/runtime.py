@@ -208,7 +208,7 @@ def check_compatible(config: TrainConfig, meta: dict[str, Any], where: str) -> N
         raise ConfigError(f"{where}: bad network description in {CHECKPOINT_META} ({e})") from None
     want = config.net_spec()
     check_layout(saved, want.action_mode, want.max_apps, where)
-    for key in ("hidden_units", "pressure_mask", "down_slack_min"):
+    for key in ("hidden_units", "pressure_mask", "down_slack_min", "spare_core_util"):
         if getattr(saved, key) != getattr(want, key):
             raise ConfigError(
                 f"{where}: the checkpoint's network has model.{key}={getattr(saved, key)}, the config "

@@ -202,12 +202,22 @@ def test_controller_acts_like_the_network_and_only_plans_feasible_moves(tmp_path
 
 @pytest.mark.parametrize("mode", ["single", "per_app"])
 @pytest.mark.parametrize("max_apps", [1, 3, 6])
-@pytest.mark.parametrize("masks", [(False, None), (True, None), (False, 0.2), (True, 0.2)])
+@pytest.mark.parametrize(
+    "masks",
+    [(False, None, None), (True, None, None), (False, 0.2, None), (True, 0.2, None), (True, 0.2, 0.15)],
+)
 def test_the_numpy_path_scores_and_picks_as_the_network_does(mode, max_apps, masks):
     """`GreedyArrays` (what `LoadedPolicy.act` runs) against `ColocNet` on random inputs: occupied
     and padded slots, random action masks, usage and slack on both sides of the withholding rules."""
-    pressure, down_slack_min = masks
-    spec = NetSpec(mode, max_apps, 32, pressure_mask=pressure, down_slack_min=down_slack_min)
+    pressure, down_slack_min, spare_core_util = masks
+    spec = NetSpec(
+        mode,
+        max_apps,
+        32,
+        pressure_mask=pressure,
+        down_slack_min=down_slack_min,
+        spare_core_util=spare_core_util,
+    )
     torch.manual_seed(max_apps)
     net = sharpen(ColocNet(spec)).eval()
     arrays = GreedyArrays(net)

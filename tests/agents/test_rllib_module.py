@@ -180,6 +180,19 @@ def test_pressure_mask_offers_more_memory_or_disk_only_to_apps_that_use_most_of_
     assert chosen == (codec.single_index(0, Move.UP_MEM) if mode == "single" else Move.UP_MEM.value)
 
 
+def _move_flags(got, codec, slots):
+    """(slot, move, offered) for every move of `slots` in the flat feasible mask `got` of `codec`'s
+    action layout (single mode has HOLD once, not per slot)."""
+    from env.types import Move
+
+    for slot in slots:
+        for move in Move:
+            if move is Move.HOLD and codec.mode == "single":
+                continue
+            idx = codec.single_index(slot, move) if codec.mode == "single" else slot * N_MOVES + move.value
+            yield slot, move, bool(got[idx])
+
+
 @pytest.mark.parametrize("mode", ["single", "per_app"])
 def test_down_slack_min_withholds_every_down_move_of_an_app_at_or_below_it_and_nothing_else(mode):
     """PARTIES Alg. 1 downsizes only apps with slack above 0.2: with `down_slack_min` the network
@@ -198,13 +211,8 @@ def test_down_slack_min_withholds_every_down_move_of_an_app_at_or_below_it_and_n
     env_mask = torch.ones(1, codec.mask_size)
     spec = NetSpec(mode, M, 32, pressure_mask=False, down_slack_min=0.2)
     got = feasible_mask(spec, x[None], env_mask)[0]
-    for slot in range(3):
-        for move in Move:
-            if move is Move.HOLD and mode == "single":
-                continue
-            idx = codec.single_index(slot, move) if mode == "single" else slot * N_MOVES + move.value
-            withheld = move.direction is Direction.DOWN and slot != 0
-            assert bool(got[idx]) is not withheld, (slot, move)
+    for slot, move, offered in _move_flags(got, codec, range(3)):
+        assert offered is not (move.direction is Direction.DOWN and slot != 0), (slot, move)
     unset = NetSpec(mode, M, 32, pressure_mask=False)
     assert unset.down_slack_min is None and torch.equal(feasible_mask(unset, x[None], env_mask), env_mask)
     # with the pressure mask as well: both rules apply
@@ -221,6 +229,36 @@ def test_down_slack_min_withholds_every_down_move_of_an_app_at_or_below_it_and_n
         bias[Move.DOWN_CORE.value - (mode == "single")] = 50.0  # DOWN CORE wins in every slot
         chosen = net.masked_scores(x[None], env_mask).argmax(dim=-1).item()
     assert chosen == (codec.single_index(0, Move.DOWN_CORE) if mode == "single" else Move.DOWN_CORE.value)
+
+
+@pytest.mark.parametrize("mode", ["single", "per_app"])
+def test_spare_core_util_offers_down_core_below_the_slack_rule_to_an_app_whose_cores_idle(mode):
+    """Below `down_slack_min`, `<DOWN,CORE>` alone is offered again to an app whose cores are busy
+    less than `spare_core_util` (MongoDB waiting on I/O at its knee, PARTIES Fig. 6 right); not to
+    one as close to its target whose cores are busy, nor on a `cpu_util` of 0 (unmeasured)."""
+    from agents.policy import feasible_mask
+    from env.features import APP_FEATURES
+    from env.gym_env import ActionCodec
+    from env.types import Direction, Move
+
+    names = [f.name for f in APP_FEATURES]
+    x = random_features(np.random.default_rng(6), [True] * 4 + [False] * 2)
+    for slot, (sl, util) in {0: (0.1, 0.05), 1: (0.1, 0.5), 2: (0.1, 0.0), 3: (0.5, 0.9)}.items():
+        x[slot * N_APP_FEATURES + names.index("slack")] = sl
+        x[slot * N_APP_FEATURES + names.index("cpu_util")] = util
+    codec = ActionCodec(M, mode)
+    env_mask = torch.ones(1, codec.mask_size)
+    spec = NetSpec(mode, M, 32, pressure_mask=False, down_slack_min=0.2, spare_core_util=0.15)
+    got = feasible_mask(spec, x[None], env_mask)[0]
+    for slot, move, offered in _move_flags(got, codec, range(4)):
+        down_core_0 = slot == 0 and move is Move.DOWN_CORE
+        assert offered is (move.direction is not Direction.DOWN or slot == 3 or down_core_0), (slot, move)
+    # without it the slack rule alone: slot 0's DOWN CORE withheld as well
+    slack_only = feasible_mask(
+        NetSpec(mode, M, 32, pressure_mask=False, down_slack_min=0.2), x[None], env_mask
+    )[0]
+    core0 = codec.single_index(0, Move.DOWN_CORE) if mode == "single" else Move.DOWN_CORE.value
+    assert not slack_only[core0] and int((got != slack_only).sum()) == 1
 
 
 # ---- RLlib modules ------------------------------------------------------------------------------------------

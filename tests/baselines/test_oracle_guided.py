@@ -168,7 +168,7 @@ def test_where_no_plan_keeps_every_interval_within_target_the_teacher_leads_to_t
     assert not own.viable
     chosen = ctl.plan_for(obs)
     assert chosen.viable and chosen is not own and chosen.search.verdict == "viable"
-    assert "window verdict" in ctl.decide(obs).reason
+    assert "no allocation keeps every interval within target" in ctl.decide(obs).reason
     recs = execute(RunJob("oracle-guided", scn, scn.seed))
     s = M.summarize(recs, scn.warmup_s)
     assert M.sustained(recs, scn.warmup_s, M.MEASURE_S, verdict="window")
@@ -188,6 +188,8 @@ def test_a_plan_that_keeps_the_intervals_but_not_the_window_gives_way_to_the_win
     assert own.viable and not ctl.fallback.admits(obs, obs.allocation, own.allocation)
     chosen = ctl.plan_for(obs)
     assert chosen is not own and ctl.fallback.admits(obs, obs.allocation, chosen.allocation)
+    reason = ctl.decide(obs).reason
+    assert "does not admit the intervals plan" in reason and "no allocation" not in reason
     for seed in (0, 1):
         recs = execute(RunJob("oracle-guided:oracle-guided-poisson", scn, seed))
         assert M.sustained(recs, scn.warmup_s, M.MEASURE_S, verdict="window"), seed

@@ -93,6 +93,7 @@ def test_help_explains_the_flags(capsys):
         (["--config", "ppo-single", "--set", "seed=-3"], "seed must be >= 0"),
         (["--config", "ppo-single", "--set", "selection.episodes=-1"], "selection.episodes must be >= 0"),
         (["--config", "ppo-single", "--set", "model.down_slack_min=1.5"], "model.down_slack_min must be in"),
+        (["--config", "ppo-single", "--set", "model.spare_core_util=0"], "model.spare_core_util must be in"),
         (
             ["--config", "ppo-single", "--num-env-runners", "0", "--set", "eval.scenarios=[nope]"],
             "eval.scenarios",
