@@ -288,8 +288,9 @@ class OracleGuidedController(BaseController):
     def plan_for(self, obs: Observation) -> Plan:
         """The Oracle's plan for the loads ahead, planned from the episode's first allocation (so
         that one plan per load vector serves every interval: the moves change the allocation); the
-        window verdict's plan where no allocation keeps every interval within target and one meets
-        the window (module docstring)."""
+        window verdict's plan where no allocation keeps every interval within target, or (with
+        `interval_counts: poisson`) where the window verdict does not admit the intervals plan, and
+        one meets the window (module docstring)."""
         return self._plan(obs)[0]
 
     def _plan(self, obs: Observation) -> tuple[Plan, str | None]:
@@ -300,17 +301,17 @@ class OracleGuidedController(BaseController):
         if self.fallback is None:
             return plan, None
         if not plan.viable:
-            why = "the window verdict's plan: no allocation keeps every interval within target"
+            why = "no allocation keeps every interval within target"
         elif self.oracle.cfg.interval_counts == "mean" or self.fallback.admits(
             obs, self._start, plan.allocation
         ):
             return plan, None
         else:
-            why = "the window verdict's plan: the window verdict does not admit the intervals plan"
+            why = "the window verdict does not admit the intervals plan"
         window = self.fallback.plan_from(obs, self._start)
         if not window.viable:
             return plan, None
-        return window, why
+        return window, f"the window verdict's plan: {why}"
 
     def _decide(self, obs: Observation) -> Decision:
         plan, fallback_note = self._plan(obs)
