@@ -17,6 +17,7 @@ adds, e.g. DQN's `epsilon`).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -31,7 +32,8 @@ from ray.rllib.utils.schedules.scheduler import Scheduler
 from agents.policy import ColocNet, NetSpec
 from env.types import N_MOVES
 
-NET_KEYS = ("action_mode", "max_apps", "hidden_units", "pressure_mask", "down_slack_min", "spare_core_util")
+# every field of NetSpec but `with_value`, which follows the module class (PPO's has a critic)
+NET_KEYS = tuple(f.name for f in dataclasses.fields(NetSpec) if f.name != "with_value")
 
 
 def net_model_config(spec: NetSpec) -> dict[str, Any]:

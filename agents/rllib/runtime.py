@@ -208,7 +208,9 @@ def check_compatible(config: TrainConfig, meta: dict[str, Any], where: str) -> N
         raise ConfigError(f"{where}: bad network description in {CHECKPOINT_META} ({e})") from None
     want = config.net_spec()
     check_layout(saved, want.action_mode, want.max_apps, where)
-    for key in ("hidden_units", "pressure_mask", "down_slack_min", "spare_core_util"):
+    for key in (f.name for f in dataclasses.fields(NetSpec)):
+        if key in ("action_mode", "max_apps", "with_value"):
+            continue  # checked above: check_layout, and the algorithm (a critic for PPO)
         if getattr(saved, key) != getattr(want, key):
             raise ConfigError(
                 f"{where}: the checkpoint's network has model.{key}={getattr(saved, key)}, the config "

@@ -134,6 +134,7 @@ def test_a_non_empty_out_is_refused_without_overwrite(capsys, tmp_path):
         (["env.max_apps=4"], [], "max_apps=4"),
         (["model.hidden_units=32"], [], "hidden_units=32"),
         (["model.pressure_mask=false"], [], "model.pressure_mask=False"),
+        (["model.spare_core_util=0.15"], [], "model.spare_core_util=0.15"),
         (["algo=dqn"], [], "algo 'dqn'"),
         ([], ["--set", "iterations=2"], "already trained 3 iterations"),
     ],
