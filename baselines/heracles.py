@@ -154,6 +154,24 @@ class _CoreSample:
     load_frac: float
 
 
+def be_frequency_step(
+    levels_mhz: tuple[int, ...], be_freq_mhz: int, power_w: float, budget_w: float, lc_below_guaranteed: bool
+) -> int:
+    """Heracles' power sub-controller (Alg. 3, Sec. 4.5), one cycle: the BE cores' next frequency.
+
+    One level down (`LowerFrequency(be_cores)`) when the socket draws more than `budget_w` while the
+    LC cores run below their guaranteed frequency; one level up (`IncreaseFrequency(be_cores)`) when
+    it draws at most `budget_w` and they do not; otherwise, or at the end of `levels_mhz` (ascending,
+    the node's DVFS levels), unchanged. A frequency off the levels counts as the top one.
+    """
+    i = levels_mhz.index(be_freq_mhz) if be_freq_mhz in levels_mhz else len(levels_mhz) - 1
+    if power_w > budget_w and lc_below_guaranteed and i > 0:
+        return levels_mhz[i - 1]
+    if power_w <= budget_w and not lc_below_guaranteed and i + 1 < len(levels_mhz):
+        return levels_mhz[i + 1]
+    return levels_mhz[i]
+
+
 class HeraclesController(BaseController):
     """Heracles' controller (Sec. 4.5, Alg. 1-4); see the module docstring for rules and choices."""
 
@@ -502,17 +520,17 @@ class HeraclesController(BaseController):
             return
         power = sum(p for p, _ in win) / len(win)  # PollRAPL()
         lc_freq = sum(f for _, f in win) / len(win)  # PollFrequency(ls_cores)
-        levels = caps.freq_levels_mhz
-        i = levels.index(self._be_freq) if self._be_freq in levels else len(levels) - 1
         budget = self.cfg.power_tdp_frac * caps.tdp_w
-        if power > budget and lc_freq < self._guaranteed and i > 0:
-            self._be_freq = levels[i - 1]  # LowerFrequency(be_cores)
+        new = be_frequency_step(
+            caps.freq_levels_mhz, self._be_freq, power, budget, lc_freq < self._guaranteed
+        )
+        if new < self._be_freq:
             notes.append(
-                f"power (Alg. 3): {power:.0f} W > {budget:.0f} W, LC {lc_freq:.0f} MHz -> BE {self._be_freq} MHz"
+                f"power (Alg. 3): {power:.0f} W > {budget:.0f} W, LC {lc_freq:.0f} MHz -> BE {new} MHz"
             )
-        elif power <= budget and lc_freq >= self._guaranteed and i + 1 < len(levels):
-            self._be_freq = levels[i + 1]  # IncreaseFrequency(be_cores)
-            notes.append(f"power (Alg. 3): {power:.0f} W <= {budget:.0f} W -> BE {self._be_freq} MHz")
+        elif new > self._be_freq:
+            notes.append(f"power (Alg. 3): {power:.0f} W <= {budget:.0f} W -> BE {new} MHz")
+        self._be_freq = new
 
     # ---- Alg. 4: network sub-controller, every 1 s ----------------------------------------------------
     def _network(self, notes: list[str]) -> None:

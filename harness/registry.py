@@ -135,6 +135,17 @@ def _handoff(ctx: ControllerContext, arg: str | None) -> Controller:
     )
 
 
+def _be_dvfs(ctx: ControllerContext, arg: str | None) -> Controller:
+    from harness.be_dvfs import BeDvfsController
+
+    return BeDvfsController(make_controller(arg or "", ctx))
+
+
+def _check_inner(arg: str) -> None:
+    """A wrapper's inner spec, checked when the spec is parsed (before any output)."""
+    parse_spec(arg)
+
+
 def _check_handoff(arg: str) -> None:
     """A handoff's time and both of its specs, checked when the spec is parsed (before any output)."""
     from harness.handoff import parse_handoff
@@ -239,6 +250,13 @@ REGISTRY: dict[str, Entry] = {
         arg="SECONDS:FIRST+SECOND",
         contract_spec="handoff:10:parties+static",
         check_arg=_check_handoff,
+    ),
+    "be-dvfs": Entry(
+        _be_dvfs,
+        "SPEC's decisions, the BE cores' frequency set by Heracles' power sub-controller (Alg. 3: up a level below 90% TDP)",
+        arg="SPEC",
+        contract_spec="be-dvfs:parties",
+        check_arg=_check_inner,
     ),
 }
 
