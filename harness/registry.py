@@ -37,6 +37,7 @@ class Entry:
     needs_sim: bool = False
     contract_spec: str | None = ""  # "" = the entry's own name
     check_arg: Callable[[str], None] | None = None  # validates ARG when the spec is parsed
+    inner: Callable[[str], tuple[str, ...]] | None = None  # a wrapper: the specs its ARG composes
 
 
 # ---- factories: each imports its controller's module on first use --------------------------------------
@@ -146,13 +147,17 @@ def _check_inner(arg: str) -> None:
     parse_spec(arg)
 
 
-def _check_handoff(arg: str) -> None:
-    """A handoff's time and both of its specs, checked when the spec is parsed (before any output)."""
+def _handoff_parts(arg: str) -> tuple[str, ...]:
     from harness.handoff import parse_handoff
 
     spec = parse_handoff(arg)
-    parse_spec(spec.first)
-    parse_spec(spec.second)
+    return (spec.first, spec.second)
+
+
+def _check_handoff(arg: str) -> None:
+    """A handoff's time and both of its specs, checked when the spec is parsed (before any output)."""
+    for part in _handoff_parts(arg):
+        parse_spec(part)
 
 
 REGISTRY: dict[str, Entry] = {
@@ -250,6 +255,7 @@ REGISTRY: dict[str, Entry] = {
         arg="SECONDS:FIRST+SECOND",
         contract_spec="handoff:10:parties+static",
         check_arg=_check_handoff,
+        inner=_handoff_parts,
     ),
     "be-dvfs": Entry(
         _be_dvfs,
@@ -257,11 +263,22 @@ REGISTRY: dict[str, Entry] = {
         arg="SPEC",
         contract_spec="be-dvfs:parties",
         check_arg=_check_inner,
+        inner=lambda arg: (arg,),
     ),
 }
 
 LEARNED_SPECS = ("rl", "bo")
 """Spec names of the learned controllers (serve.py gives them a fallback under `applies_to: auto`)."""
+
+
+def is_learned(spec: str) -> bool:
+    """Whether `spec` runs a learned controller (`LEARNED_SPECS`), itself or inside a wrapper
+    (`be-dvfs:rl:OUT`, either part of a `handoff:`); `ConfigError` on a malformed spec."""
+    name, arg = parse_spec(spec)
+    inner = REGISTRY[name].inner
+    if name in LEARNED_SPECS:
+        return True
+    return inner is not None and arg is not None and any(is_learned(s) for s in inner(arg))
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from env.config import ConfigError, build, load_yaml
 from env.guards import GuardsConfig
-from harness.registry import LEARNED_SPECS
+from harness.registry import is_learned
 
 
 @dataclass(frozen=True)
@@ -237,9 +237,10 @@ def load_serve_config(path: str | Path) -> ServeConfig:
 
 
 def wants_fallback(spec: str, cfg: FallbackConfig) -> bool:
-    """Whether controller `spec` runs under a fallback (FallbackConfig.applies_to)."""
+    """Whether controller `spec` runs under a fallback (FallbackConfig.applies_to; `auto`: a learned
+    controller, itself or inside a wrapper, `harness.registry.is_learned`)."""
     if cfg.applies_to == "never" or spec.strip() == cfg.controller.strip():
         return False
     if cfg.applies_to == "always":
         return True
-    return spec.strip().partition(":")[0] in LEARNED_SPECS
+    return is_learned(spec)

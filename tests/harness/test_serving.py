@@ -303,6 +303,12 @@ def test_which_specs_get_a_fallback():
         and wants_fallback("bo:x.yaml", auto)
     )
     assert not wants_fallback("heracles", auto) and not wants_fallback("parties", auto)
+    # a learned policy inside a wrapper keeps its safety net; a wrapped baseline gets none
+    assert wants_fallback("be-dvfs:rl:runs/ppo", auto) and wants_fallback("handoff:30:parties+rl:x", auto)
+    assert wants_fallback("be-dvfs:handoff:5:bo+static", auto)
+    assert not wants_fallback("be-dvfs:parties", auto) and not wants_fallback(
+        "handoff:5:parties+static", auto
+    )
     always = FallbackConfig(applies_to="always")
     assert wants_fallback("heracles", always) and not wants_fallback("parties", always)  # not itself
     assert not wants_fallback("rl:x", FallbackConfig(applies_to="never"))
