@@ -13,7 +13,9 @@ offline DRAM bandwidth model, CoCo profiles); an entry that needs them declares 
 building it on a real node is a `ConfigError`.
 
 `contract_spec` is the spec the shared controller contract tests build (None when the controller
-cannot be built without external files, e.g. `rl:` without a trained policy).
+cannot be built without external files, e.g. `rl:` without a trained policy). A wrapper's ARG holds
+other specs (`handoff:SECONDS:FIRST+SECOND`, `be-dvfs:SPEC`); its `inner` names them, so they are
+checked when the wrapper's spec is parsed and `is_learned` sees a learned policy inside it.
 """
 
 from __future__ import annotations
@@ -36,8 +38,7 @@ class Entry:
     optional_arg: bool = False  # True: both `name` and `name:ARG` (e.g. parties[:CONFIG.yaml])
     needs_sim: bool = False
     contract_spec: str | None = ""  # "" = the entry's own name
-    check_arg: Callable[[str], None] | None = None  # validates ARG when the spec is parsed
-    inner: Callable[[str], tuple[str, ...]] | None = None  # a wrapper: the specs its ARG composes
+    inner: Callable[[str], tuple[str, ...]] | None = None  # a wrapper: the specs in its ARG
 
 
 # ---- factories: each imports its controller's module on first use --------------------------------------
@@ -142,22 +143,12 @@ def _be_dvfs(ctx: ControllerContext, arg: str | None) -> Controller:
     return BeDvfsController(make_controller(arg or "", ctx))
 
 
-def _check_inner(arg: str) -> None:
-    """A wrapper's inner spec, checked when the spec is parsed (before any output)."""
-    parse_spec(arg)
-
-
 def _handoff_parts(arg: str) -> tuple[str, ...]:
+    """A handoff's two specs (its time checked on the way: ConfigError)."""
     from harness.handoff import parse_handoff
 
     spec = parse_handoff(arg)
     return (spec.first, spec.second)
-
-
-def _check_handoff(arg: str) -> None:
-    """A handoff's time and both of its specs, checked when the spec is parsed (before any output)."""
-    for part in _handoff_parts(arg):
-        parse_spec(part)
 
 
 REGISTRY: dict[str, Entry] = {
@@ -254,7 +245,6 @@ REGISTRY: dict[str, Entry] = {
         "FIRST decides until SECONDS, SECOND from then on (does a policy keep what another reached?)",
         arg="SECONDS:FIRST+SECOND",
         contract_spec="handoff:10:parties+static",
-        check_arg=_check_handoff,
         inner=_handoff_parts,
     ),
     "be-dvfs": Entry(
@@ -262,7 +252,6 @@ REGISTRY: dict[str, Entry] = {
         "SPEC's decisions, the BE cores' frequency set by Heracles' power sub-controller (Alg. 3: up a level below 90% TDP)",
         arg="SPEC",
         contract_spec="be-dvfs:parties",
-        check_arg=_check_inner,
         inner=lambda arg: (arg,),
     ),
 }
@@ -275,9 +264,9 @@ def is_learned(spec: str) -> bool:
     """Whether `spec` runs a learned controller (`LEARNED_SPECS`), itself or inside a wrapper
     (`be-dvfs:rl:OUT`, either part of a `handoff:`); `ConfigError` on a malformed spec."""
     name, arg = parse_spec(spec)
-    inner = REGISTRY[name].inner
     if name in LEARNED_SPECS:
         return True
+    inner = REGISTRY[name].inner
     return inner is not None and arg is not None and any(is_learned(s) for s in inner(arg))
 
 
@@ -296,8 +285,9 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
         raise ConfigError(f"controller {spec!r}: empty argument after ':'")
     if entry.arg is None and sep:
         raise ConfigError(f"controller {name!r} takes no argument (got {spec!r})")
-    if entry.check_arg is not None and sep:
-        entry.check_arg(arg)
+    if entry.inner is not None and sep:  # a wrapper's specs, checked before any output
+        for part in entry.inner(arg):
+            parse_spec(part)
     return name, (arg if sep else None)
 
 
