@@ -76,6 +76,7 @@ from typing import Literal
 
 from env.config import CONFIGS, ConfigError, build, load_yaml
 from env.controller import BaseController, ControllerContext
+from env.guards import be_frequency_step
 from env.types import Allocation, AppAlloc, Decision, Observation
 
 DEFAULT_CONFIG = CONFIGS / "baselines" / "heracles.yaml"
@@ -152,24 +153,6 @@ class _CoreSample:
     lc_bw_gbps: float
     be_perf: float
     load_frac: float
-
-
-def be_frequency_step(
-    levels_mhz: tuple[int, ...], be_freq_mhz: int, power_w: float, budget_w: float, lc_below_guaranteed: bool
-) -> int:
-    """Heracles' power sub-controller (Alg. 3, Sec. 4.5), one cycle: the BE cores' next frequency.
-
-    One level down (`LowerFrequency(be_cores)`) when the socket draws more than `budget_w` while the
-    LC cores run below their guaranteed frequency; one level up (`IncreaseFrequency(be_cores)`) when
-    it draws at most `budget_w` and they do not; otherwise, or at the end of `levels_mhz` (ascending,
-    the node's DVFS levels), unchanged. A frequency off the levels counts as the top one.
-    """
-    i = levels_mhz.index(be_freq_mhz) if be_freq_mhz in levels_mhz else len(levels_mhz) - 1
-    if power_w > budget_w and lc_below_guaranteed and i > 0:
-        return levels_mhz[i - 1]
-    if power_w <= budget_w and not lc_below_guaranteed and i + 1 < len(levels_mhz):
-        return levels_mhz[i + 1]
-    return levels_mhz[i]
 
 
 class HeraclesController(BaseController):

@@ -23,6 +23,20 @@ fails `validate_allocation` is replaced by a hold, so the node only ever sees va
 |              | what they held goes to the violating apps, which also get the top frequency;     |
 |              | no LC app loses anything until all targets are met for `recover_ticks` ticks     |
 |              | (Heracles Sec. 4: disable BE on a violation)                                      |
+| `be_dvfs`    | the BE jobs' frequency under the socket's power budget (Heracles Sec. 4.5, Alg.  |
+|              | 3): every `cycle_s` one level up while the socket draws at most `tdp_frac` of    |
+|              | its TDP and the LC apps run at their guaranteed frequency, one level down when   |
+|              | it draws more while they do not; the controller's LC decisions pass unchanged   |
+
+`be_dvfs` is the one guard that raises a BE allocation: the ten PARTIES moves never change the BE
+jobs' frequency (PARTIES' code sets every core to the nominal 2.2 GHz at start and then moves only
+the LC apps'), so under PARTIES or a policy acting through its moves the BE job runs at the nominal
+frequency for good, where the Oracle runs it at turbo unless that costs an LC app. It keeps LC
+apps at their guaranteed frequency, which is what makes it a guard: an LC app's guaranteed frequency
+is the nominal one, or what its controller set it to when that is lower (Heracles' LC job is never
+capped). It changes nothing on a node without BE jobs, without the FREQ knob or without a TDP
+(`Capabilities.tdp_w` NaN: no RAPL). A policy trained with it (`env.guards.be_dvfs`) has seen the
+BE frequency move; one trained without it has not.
 
 Each guard's settings are checked against their range when its config is built (floors and budgets
 >= 0, an emergency trigger at or above the target, at least one tick), so a typo in a guard file is a
@@ -32,8 +46,9 @@ Which chain where: evaluation uses **clamp only** (`clamp_only()`), so that ever
 judged as its paper describes it (PARTIES Sec. 5, Heracles Sec. 5) and a learned policy gets no
 help the baselines do not get. Serving runs the full chain (a learned policy on a real node must
 not starve an LC service or swing allocations wildly); training may use any chain from its config.
-The order of `build_guards` is clamp -> emergency -> cooldown -> rate_limit -> lc_floor: clamp first
-turns any output into a well-formed allocation the others can reason about; the floor last so that
+The order of `build_guards` is clamp -> be_dvfs -> emergency -> cooldown -> rate_limit -> lc_floor:
+clamp first turns any output into a well-formed allocation the others can reason about; be_dvfs
+before the emergency, which pauses the BE jobs whatever their frequency; the floor last so that
 nothing after it can take an LC app under its floor.
 
 Rate limit, cooldown and emergency hold the allocation when the target regroups apps (changes
@@ -141,14 +156,33 @@ class EmergencyConfig:
 
 
 @dataclass(frozen=True)
+class BeDvfsConfig:
+    """Heracles' power sub-controller (Sec. 4.5, Alg. 3): one cycle every `cycle_s` seconds on the
+    mean socket power since the last, against a budget of `tdp_frac` x the TDP."""
+
+    cycle_s: float = 2.0
+    tdp_frac: float = 0.90
+
+    def __post_init__(self) -> None:
+        require_in("be_dvfs", 1e-3, 86_400, cycle_s=self.cycle_s)
+        if not 0 < self.tdp_frac <= 1:
+            raise ConfigError(
+                f"be_dvfs.tdp_frac must be in (0, 1] (a fraction of the TDP), got {self.tdp_frac}"
+            )
+
+
+@dataclass(frozen=True)
 class GuardsConfig:
-    """Which guards run (None = off). The default is the evaluation chain: clamp only."""
+    """Which guards run (None = off). The default is the evaluation chain: clamp only. `serving()`
+    leaves `be_dvfs` off: it manages the BE jobs' frequency, a policy not trained with it has never
+    seen that move (module docstring)."""
 
     clamp: bool = True
     lc_floor: LcFloorConfig | None = None
     rate_limit: RateLimitConfig | None = None
     cooldown: CooldownConfig | None = None
     emergency: EmergencyConfig | None = None
+    be_dvfs: BeDvfsConfig | None = None
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "guards") -> GuardsConfig:
@@ -204,11 +238,13 @@ def clamp_only() -> GuardChain:
 
 
 def build_guards(cfg: GuardsConfig) -> GuardChain:
-    """The chain `cfg` selects, in the fixed order clamp -> emergency -> cooldown -> rate_limit ->
-    lc_floor (module docstring: why this order)."""
+    """The chain `cfg` selects, in the fixed order clamp -> be_dvfs -> emergency -> cooldown ->
+    rate_limit -> lc_floor (module docstring: why this order)."""
     guards: list[Guard] = []
     if cfg.clamp:
         guards.append(ClampGuard())
+    if cfg.be_dvfs is not None:
+        guards.append(BeDvfsGuard(cfg.be_dvfs))
     if cfg.emergency is not None:
         guards.append(EmergencyGuard(cfg.emergency))
     if cfg.cooldown is not None:
@@ -736,3 +772,102 @@ def emergency_allocation(current: Allocation, violators: Sequence[str], caps: Ca
         if out[v].freq_mhz != top:
             out = out.replace_app(v, freq_mhz=top)
     return out
+
+
+# ---- BE frequency under the power budget -----------------------------------------------------------
+def be_frequency_step(
+    levels_mhz: tuple[int, ...], be_freq_mhz: int, power_w: float, budget_w: float, lc_below_guaranteed: bool
+) -> int:
+    """Heracles' power sub-controller (Alg. 3, Sec. 4.5), one cycle: the BE cores' next frequency.
+
+    One level down (`LowerFrequency(be_cores)`) when the socket draws more than `budget_w` while the
+    LC cores run below their guaranteed frequency; one level up (`IncreaseFrequency(be_cores)`) when
+    it draws at most `budget_w` and they do not; otherwise, or at the end of `levels_mhz` (ascending,
+    the node's DVFS levels), unchanged. A frequency off the levels counts as the top one.
+    """
+    i = levels_mhz.index(be_freq_mhz) if be_freq_mhz in levels_mhz else len(levels_mhz) - 1
+    if power_w > budget_w and lc_below_guaranteed and i > 0:
+        return levels_mhz[i - 1]
+    if power_w <= budget_w and not lc_below_guaranteed and i + 1 < len(levels_mhz):
+        return levels_mhz[i + 1]
+    return levels_mhz[i]
+
+
+LC_SHORT_MHZ = 0.5  # PollFrequency(ls_cores): the LC apps run below their guarantee by more than this
+
+
+@dataclass(frozen=True)
+class BeDvfsState:
+    """The BE jobs' frequency this guard sets (None before the first observation), when its next
+    cycle is due (observation time, s), and per interval since the last cycle the socket power (W)
+    and the slowest LC app's frequency over its guaranteed one (MHz)."""
+
+    freq_mhz: int | None = None
+    next_cycle_s: float = math.inf
+    window: tuple[tuple[float, float], ...] = ()
+
+
+class BeDvfsGuard:
+    """The BE jobs' frequency by Heracles' Alg. 3 (module docstring). Every decision's allocation (the
+    observed one when the controller holds) gets the frequency this guard keeps; it starts at the BE
+    jobs' frequency in the first observation."""
+
+    name = "be_dvfs"
+
+    def __init__(self, config: BeDvfsConfig) -> None:
+        self.config = config
+        self.state = BeDvfsState()
+        self._active = False
+
+    def reset(self, caps: Capabilities) -> None:
+        self.state = BeDvfsState()
+        self._active = bool(caps.be_apps) and Resource.FREQ in caps.knobs and math.isfinite(caps.tdp_w)
+
+    @property
+    def be_freq_mhz(self) -> int | None:
+        """The BE jobs' frequency this guard sets (None before the first observation)."""
+        return self.state.freq_mhz
+
+    def check(self, decision: Decision, obs: Observation, caps: Capabilities) -> tuple[Decision, str]:
+        alloc = obs.allocation
+        be = [b.name for b in caps.be_apps if b.name in alloc] if self._active else []
+        if not be:
+            return decision, ""
+        note = self._cycle(obs, caps, alloc[be[0]].freq_mhz)
+        freq = self.state.freq_mhz
+        target = decision.allocation if decision.allocation is not None else alloc
+        for b in be:
+            if b in target and target[b].freq_mhz != freq:
+                target = target.replace_app(b, freq_mhz=freq)
+        return dataclasses.replace(decision, allocation=None if target == alloc else target), note
+
+    def _cycle(self, obs: Observation, caps: Capabilities, observed_mhz: int) -> str:
+        """Record this interval; run Alg. 3 when its cycle is due. Returns a note when it moved."""
+        s, cfg = self.state, self.config
+        if s.freq_mhz is None:
+            s = BeDvfsState(observed_mhz, obs.time_s + cfg.cycle_s)
+        nominal = caps.nominal_freq_mhz
+        margins = [  # each LC app's frequency over the one it is guaranteed
+            a.usage.freq_mhz - min(obs.allocation[a.name].freq_mhz, nominal)
+            for a in obs.apps
+            if a.valid and a.name in obs.allocation and math.isfinite(a.usage.freq_mhz)
+        ]
+        window = (
+            (*s.window, (obs.power_w, min(margins, default=0.0))) if math.isfinite(obs.power_w) else s.window
+        )
+        freq = s.freq_mhz
+        assert freq is not None
+        if obs.time_s + 1e-9 < s.next_cycle_s or not window:
+            self.state = BeDvfsState(freq, s.next_cycle_s, window)
+            return ""
+        due = s.next_cycle_s + cfg.cycle_s * max(
+            1, math.floor((obs.time_s - s.next_cycle_s) / cfg.cycle_s) + 1
+        )
+        power = sum(p for p, _ in window) / len(window)  # PollRAPL()
+        short = sum(m for _, m in window) / len(window) < -LC_SHORT_MHZ  # PollFrequency(ls_cores)
+        budget = cfg.tdp_frac * caps.tdp_w
+        new = be_frequency_step(caps.freq_levels_mhz, freq, power, budget, short)
+        self.state = BeDvfsState(new, due, ())
+        if new == freq:
+            return ""
+        return f"Heracles Alg. 3: {power:.0f} W against {budget:.0f} W -> BE {freq} -> {new} MHz"

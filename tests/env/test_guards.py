@@ -10,6 +10,8 @@ import pytest
 from env.allocations import fair_allocation
 from env.config import ConfigError
 from env.guards import (
+    BeDvfsConfig,
+    BeDvfsGuard,
     ClampGuard,
     CooldownConfig,
     CooldownGuard,
@@ -21,6 +23,7 @@ from env.guards import (
     LcFloorGuard,
     RateLimitConfig,
     RateLimitGuard,
+    be_frequency_step,
     build_guards,
     clamp_only,
 )
@@ -236,6 +239,13 @@ def test_guards_config_is_strict_and_builds_the_documented_order():
     cfg = GuardsConfig.from_dict({"rate_limit": {"max_core_decrease": 2}, "lc_floor": {}, "emergency": {}})
     assert cfg.rate_limit == RateLimitConfig(max_core_decrease=2.0)
     assert build_guards(cfg).names == ("clamp", "emergency", "rate_limit", "lc_floor")
+    dvfs = GuardsConfig.from_dict({"be_dvfs": {"cycle_s": 4}, "emergency": {}})
+    assert dvfs.be_dvfs == BeDvfsConfig(cycle_s=4.0)
+    assert build_guards(dvfs).names == ("clamp", "be_dvfs", "emergency")
+    assert GuardsConfig.from_dict(dvfs.to_dict()) == dvfs
+    for bad in ({"tdp_frac": 1.2}, {"tdp_frac": 0}, {"cycle_s": 0}, {"cycle": 2}):
+        with pytest.raises(ConfigError):
+            GuardsConfig.from_dict({"be_dvfs": bad})
     assert build_guards(GuardsConfig.serving()).names == (
         "clamp",
         "emergency",
@@ -288,3 +298,83 @@ def test_guard_settings_out_of_range_are_config_errors(data, match):
     with pytest.raises(ConfigError, match=match):
         GuardsConfig.from_dict(data)
     assert GuardsConfig.from_dict({"lc_floor": {"min_cores": 0.5, "min_llc_ways": 1}}).lc_floor is not None
+
+
+# ---- BE frequency under the power budget (Heracles Alg. 3) -------------------------------------------
+LEVELS = (1200, 1300, 2200, 3600)
+
+
+@pytest.mark.parametrize(
+    "freq, power_w, short, expected",
+    [
+        (2200, 100.0, False, 3600),  # headroom, LC at its guarantee: up a level
+        (3600, 100.0, False, 3600),  # already at the top
+        (3600, 140.0, True, 2200),  # over budget, LC short of its guarantee: down a level
+        (1200, 140.0, True, 1200),  # already at the bottom
+        (2200, 140.0, False, 2200),  # over budget but the LC cores keep their frequency: hold
+        (2200, 100.0, True, 2200),  # headroom but the LC cores are short: hold
+        (3000, 140.0, True, 2200),  # off the levels counts as the top
+    ],
+)
+def test_alg3_step(freq, power_w, short, expected):
+    assert be_frequency_step(LEVELS, freq, power_w, 130.0, short) == expected
+
+
+def _at(obs, t_s, power_w, lc_mhz=None):
+    apps = obs.apps
+    if lc_mhz is not None:
+        apps = tuple(
+            dataclasses.replace(s, usage=dataclasses.replace(s.usage, freq_mhz=lc_mhz)) for s in apps
+        )
+    return dataclasses.replace(obs, time_s=t_s, power_w=power_w, apps=apps)
+
+
+def test_be_dvfs_raises_the_be_frequency_once_a_cycle_and_leaves_the_lc_decision(base):
+    obs, caps = base
+    levels = caps.freq_levels_mhz
+    low = levels[levels.index(caps.nominal_freq_mhz) - 1]  # start a level under nominal: two ups to make
+    obs = dataclasses.replace(obs, allocation=obs.allocation.replace_app("be_parties", freq_mhz=low))
+    g = BeDvfsGuard(BeDvfsConfig(cycle_s=2.0))
+    g.reset(caps)
+    lc_move = move(obs.allocation, "memcached", "cores", 1.0)
+    cool = 0.5 * caps.tdp_w
+    seen = []
+    for k in range(9):  # 0.5 s intervals from t = 1 s: cycles due at 3 s and 5 s
+        d, note = g.check(Decision(lc_move, "up"), _at(obs, 1.0 + 0.5 * k, cool), caps)
+        assert d.allocation.replace_app("be_parties", freq_mhz=low) == lc_move  # LC as decided
+        seen.append((d.allocation["be_parties"].freq_mhz, bool(note)))
+    up, up2 = levels[levels.index(low) + 1], levels[levels.index(low) + 2]
+    assert seen == [(low, False)] * 4 + [(up, True)] + [(up, False)] * 3 + [(up2, True)]
+    # a HOLD becomes an allocation that changes the BE frequency alone
+    d, _ = g.check(Decision.hold("hold"), _at(obs, 5.5, cool), caps)
+    assert d.allocation == obs.allocation.replace_app("be_parties", freq_mhz=up2)
+
+
+def test_be_dvfs_lowers_it_over_budget_only_while_the_lc_apps_run_short(base):
+    obs, caps = base
+    nominal = caps.nominal_freq_mhz
+    hot = 1.2 * caps.tdp_w
+    for lc_mhz, expected in (
+        (nominal - 300.0, caps.freq_levels_mhz[caps.freq_levels_mhz.index(nominal) - 1]),
+        (nominal, nominal),
+    ):
+        g = BeDvfsGuard(BeDvfsConfig(cycle_s=1.0))
+        g.reset(caps)
+        for k in range(3):
+            d, _ = g.check(Decision.hold("hold"), _at(obs, 1.0 + 0.5 * k, hot, lc_mhz), caps)
+        assert g.be_freq_mhz == expected
+        assert (d.allocation or obs.allocation)["be_parties"].freq_mhz == expected
+
+
+@pytest.mark.parametrize("change", [{"tdp_w": math.nan}, {"be_apps": ()}])
+def test_be_dvfs_changes_nothing_without_rapl_or_be_jobs(base, change):
+    obs, caps = base
+    if "be_apps" in change:
+        caps = dataclasses.replace(caps, apps=tuple(a for a in caps.apps if a.is_lc))
+    else:
+        caps = dataclasses.replace(caps, **change)
+    g = BeDvfsGuard(BeDvfsConfig(cycle_s=0.5))
+    g.reset(caps)
+    for k in range(6):
+        d, note = g.check(Decision.hold("hold"), _at(obs, 1.0 + 0.5 * k, 10.0), caps)
+        assert d.allocation is None and note == ""
