@@ -31,10 +31,11 @@ fails `validate_allocation` is replaced by a hold, so the node only ever sees va
 `be_dvfs` is the one guard that raises a BE allocation: the ten PARTIES moves never change the BE
 jobs' frequency (PARTIES' code sets every core to the nominal 2.2 GHz at start and then moves only
 the LC apps'), so under PARTIES or a policy acting through its moves the BE job runs at the nominal
-frequency for good, where the Oracle runs it at turbo unless that costs an LC app. It keeps LC
-apps at their guaranteed frequency, which is what makes it a guard: an LC app's guaranteed frequency
-is the nominal one, or what its controller set it to when that is lower (Heracles' LC job is never
-capped). It changes nothing on a node without BE jobs, without the FREQ knob or without a TDP
+frequency for good, where the Oracle runs it at turbo unless that costs an LC app. It gives way to
+the LC apps, which is what makes it a guard: it raises the BE frequency only while they run at their
+guaranteed frequency and lowers it when the socket's power cap holds them below it. An LC app's
+guaranteed frequency is the nominal one, or what its controller set it to when that is lower
+(Heracles' LC job is never capped). It changes nothing on a node without BE jobs, without the FREQ knob or without a TDP
 (`Capabilities.tdp_w` NaN: no RAPL). A policy trained with it (`env.guards.be_dvfs`) has seen the
 BE frequency move; one trained without it has not.
 

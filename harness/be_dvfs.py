@@ -9,8 +9,8 @@ cores run at their guaranteed frequency, and lowers it one level when the socket
 they do not. This wrapper puts that sub-controller (the `be_dvfs` guard, `env.guards.BeDvfsGuard`,
 with its defaults) after SPEC's decisions, leaving SPEC's LC apps as SPEC decides them, so that an
 evaluation that runs every controller under clamp only can still compare SPEC with and without it.
-The guard keeps an LC app at its guaranteed frequency (the nominal one, or what SPEC set it to when
-lower) and changes nothing on a node without BE jobs, without the FREQ knob or without a TDP (NaN:
+The guard gives way to an LC app running below its guaranteed frequency (the nominal one, or what
+SPEC set it to when lower) and changes nothing on a node without BE jobs, without the FREQ knob or without a TDP (NaN:
 no RAPL). A policy trained with the guard in its env (`env.guards.be_dvfs`) has seen what this
 wrapper does; one trained without it has not.
 

@@ -464,3 +464,36 @@ def test_the_guard_chain_of_the_config_wraps_every_action(vector):
         env.close()
     assert cores["clamp"][1] < cores["clamp"][0]  # the move was applied
     assert cores["rate_limit"][1] == cores["rate_limit"][0]  # the chain held it
+
+
+@pytest.mark.parametrize("vector", [False, True])
+def test_the_be_dvfs_guard_moves_the_be_frequency_while_the_policy_holds(vector):
+    """With `env.guards.be_dvfs` the BE job's frequency follows Heracles' power rule (Alg. 3) in
+    training: on mix3-const the socket draws under 90% of its TDP, so HOLD after HOLD it climbs a
+    level every 2 s from the nominal start; without the guard it stays where the start put it."""
+    from env.guards import BeDvfsConfig, GuardsConfig
+    from env.vector_env import NodeVectorEnv
+
+    seen = {}
+    for name, guards in (("clamp", GuardsConfig()), ("be_dvfs", GuardsConfig(be_dvfs=BeDvfsConfig()))):
+        cfg = EnvConfig(max_apps=3, scenario="mix3-const", guards=guards)
+        freqs = []
+        if vector:
+            env = NodeVectorEnv(1, cfg)
+            env.reset(seed=0)
+            for _ in range(6):  # 3 s of HOLDs
+                env.step(np.array([0]))
+                freqs.append(env.observations()[0].allocation["be_parties"].freq_mhz)
+            caps = env.capabilities(0)
+        else:
+            env = NodeEnv(cfg)
+            env.reset(seed=0)
+            for _ in range(6):
+                env.step(0)
+                freqs.append(env.observation.allocation["be_parties"].freq_mhz)
+            caps = env.capabilities
+        env.close()
+        seen[name] = freqs
+    nominal = caps.nominal_freq_mhz
+    assert seen["clamp"] == [nominal] * 6
+    assert seen["be_dvfs"][0] == nominal and seen["be_dvfs"][-1] > nominal
