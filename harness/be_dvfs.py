@@ -29,7 +29,6 @@ from env.guards import BeDvfsConfig, BeDvfsGuard
 from env.types import Capabilities, Decision, Observation
 
 CYCLE_S = BeDvfsConfig().cycle_s  # Alg. 3 runs every 2 s
-TDP_FRAC = BeDvfsConfig().tdp_frac  # the power budget: 90% of TDP
 
 
 class BeDvfsController:

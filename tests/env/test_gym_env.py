@@ -434,34 +434,46 @@ def test_registration_without_importing_hw():
 
 
 # ---- the run's guard chain -------------------------------------------------------------------------
+def _allocations_after(cfg, vector, actions):
+    """The allocations a one-node env of `cfg` (scalar or vector) observes from reset (seed 0) and
+    after each of the single-mode `actions`, and the node's capabilities."""
+    from env.vector_env import NodeVectorEnv
+
+    if vector:
+        env = NodeVectorEnv(1, cfg)
+        env.reset(seed=0)
+        seen = [env.observations()[0].allocation]
+        for a in actions:
+            env.step(np.array([a]))
+            seen.append(env.observations()[0].allocation)
+        caps = env.capabilities(0)
+    else:
+        env = NodeEnv(cfg)
+        env.reset(seed=0)
+        seen = [env.observation.allocation]
+        for a in actions:
+            env.step(a)
+            seen.append(env.observation.allocation)
+        caps = env.capabilities
+    env.close()
+    return seen, caps
+
+
 @pytest.mark.parametrize("vector", [False, True])
 def test_the_guard_chain_of_the_config_wraps_every_action(vector):
     """A rate limit that allows no LC core reduction holds <DOWN,CORE>; the default chain (clamp
     only) applies it. Both envs (scalar and vector) pass actions through the same chain."""
     from env.guards import GuardsConfig, RateLimitConfig
     from env.types import Move
-    from env.vector_env import NodeVectorEnv
 
     down_core = 1 + (Move.DOWN_CORE - 1)  # slot 0, single mode
     no_core_decrease = GuardsConfig(rate_limit=RateLimitConfig(max_core_decrease=0.0))
     cores = {}
     for name, guards in (("clamp", GuardsConfig()), ("rate_limit", no_core_decrease)):
         cfg = EnvConfig(max_apps=3, scenario="mix3-const", guards=guards)
-        if vector:
-            env = NodeVectorEnv(1, cfg)
-            env.reset(seed=0)
-            app = env.capabilities(0).lc_apps[0].name
-            before = env.observations()[0].allocation[app].cores
-            env.step(np.array([down_core]))
-            cores[name] = (before, env.observations()[0].allocation[app].cores)
-        else:
-            env = NodeEnv(cfg)
-            env.reset(seed=0)
-            app = env.capabilities.lc_apps[0].name
-            before = env.observation.allocation[app].cores
-            env.step(down_core)
-            cores[name] = (before, env.observation.allocation[app].cores)
-        env.close()
+        (before, after), caps = _allocations_after(cfg, vector, [down_core])
+        app = caps.lc_apps[0].name
+        cores[name] = (before[app].cores, after[app].cores)
     assert cores["clamp"][1] < cores["clamp"][0]  # the move was applied
     assert cores["rate_limit"][1] == cores["rate_limit"][0]  # the chain held it
 
@@ -472,28 +484,12 @@ def test_the_be_dvfs_guard_moves_the_be_frequency_while_the_policy_holds(vector)
     training: on mix3-const the socket draws under 90% of its TDP, so HOLD after HOLD it climbs a
     level every 2 s from the nominal start; without the guard it stays where the start put it."""
     from env.guards import BeDvfsConfig, GuardsConfig
-    from env.vector_env import NodeVectorEnv
 
     seen = {}
     for name, guards in (("clamp", GuardsConfig()), ("be_dvfs", GuardsConfig(be_dvfs=BeDvfsConfig()))):
         cfg = EnvConfig(max_apps=3, scenario="mix3-const", guards=guards)
-        freqs = []
-        if vector:
-            env = NodeVectorEnv(1, cfg)
-            env.reset(seed=0)
-            for _ in range(6):  # 3 s of HOLDs
-                env.step(np.array([0]))
-                freqs.append(env.observations()[0].allocation["be_parties"].freq_mhz)
-            caps = env.capabilities(0)
-        else:
-            env = NodeEnv(cfg)
-            env.reset(seed=0)
-            for _ in range(6):
-                env.step(0)
-                freqs.append(env.observation.allocation["be_parties"].freq_mhz)
-            caps = env.capabilities
-        env.close()
-        seen[name] = freqs
+        allocs, caps = _allocations_after(cfg, vector, [0] * 6)  # 3 s of HOLDs
+        seen[name] = [a["be_parties"].freq_mhz for a in allocs[1:]]
     nominal = caps.nominal_freq_mhz
     assert seen["clamp"] == [nominal] * 6
     assert seen["be_dvfs"][0] == nominal and seen["be_dvfs"][-1] > nominal
