@@ -61,6 +61,16 @@ on 1..6-app mixes runs on any mix of up to `max_apps` apps.
   default: at 0.15, in two training seeds, EMU rose on the held-out five-app mix in one; the other
   lost QoS on the Q-PRM node, where the rule does not fire (README, "Where the learned policy
   stands").
+* `idle_core_util` (NetSpec): `<UP,CORE>` is withheld from an app whose cores are busy less than
+  this fraction of the time (the `cpu_util` feature; 0, unmeasured or no request in service during
+  the interval, does not count). Why: a core added to an app whose cores already idle does not
+  shorten its tail, which is set by what its requests wait on. MongoDB at its knee beside five
+  apps (PARTIES Fig. 6 right) keeps 0.02-0.2 of its cores busy, its threads waiting on I/O, and
+  "only requires a single core at the lowest frequency to meet QoS at high load" (PARTIES Sec.
+  3.4.1); a policy that upsizes its cores whenever a noisy interval reads near the target takes
+  them from the BE job, where the Oracle leaves them. `model.idle_core_util` is off by default: at
+  0.25, in two training seeds, EMU on that mix rose in both and fell elsewhere in both (README,
+  "Where the learned policy stands").
 
 **The export file** (`policy.pt`, written atomically by `export_policy`) is a torch pickle of plain
 data only - `{"format", "version", "meta", "state_dict"}` - read with `torch.load(weights_only=True)`.
@@ -151,7 +161,9 @@ class NetSpec:
     written before it existed). `down_slack_min`: the DOWN moves of an app are offered only while
     its slack feature is above it (module docstring; None, as in files written before it: always);
     `spare_core_util`: below it, `<DOWN,CORE>` is still offered to an app whose `cpu_util` is under
-    this (module docstring; None, as in files written before it: never)."""
+    this (module docstring; None, as in files written before it: never). `idle_core_util`:
+    `<UP,CORE>` is withheld from an app whose `cpu_util` is under this (module docstring; None, as
+    in files written before it: never)."""
 
     action_mode: ActionMode
     max_apps: int
@@ -160,6 +172,7 @@ class NetSpec:
     pressure_mask: bool = False
     down_slack_min: float | None = None
     spare_core_util: float | None = None
+    idle_core_util: float | None = None
 
     def __post_init__(self) -> None:
         if self.action_mode not in ("single", "per_app"):
@@ -203,13 +216,16 @@ def _no_moves_withheld(x: torch.Tensor, max_apps: int, action_mode: str) -> torc
 
 
 def _withhold(spec: NetSpec, apps: Any, allowed: Any) -> None:
-    """Clear, in the per-app move flags `allowed`, the moves that `spec`'s pressure mask and slack
-    mask withhold from each app given its features `apps` (tensors or arrays: the same rules for
+    """Clear, in the per-app move flags `allowed`, the moves that `spec`'s pressure, slack and idle-core
+    masks withhold from each app given its features `apps` (tensors or arrays: the same rules for
     the network and its numpy view, `GreedyArrays`)."""
     if spec.pressure_mask:
         _withhold_pressure(allowed, apps, spec.action_mode)
     if spec.down_slack_min is not None:
         _withhold_slack(allowed, apps, spec.action_mode, spec.down_slack_min, spec.spare_core_util)
+    if spec.idle_core_util is not None:
+        util = apps[..., _APP_NAMES.index("cpu_util")]
+        allowed[..., _column(Move.UP_CORE, spec.action_mode)] &= (util <= 0) | (util >= spec.idle_core_util)
 
 
 def _column(move: Move, action_mode: str) -> int:
@@ -238,9 +254,10 @@ def _withhold_slack(
 
 def feasible_mask(spec: NetSpec, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The actions a network of `spec` may take on features `x`: the env's action `mask` times the
-    pressure mask (`spec.pressure_mask`) and the slack mask (`spec.down_slack_min`), in `mask`'s
-    dtype and shape (module docstring). Both rules write into one set of per-app flags."""
-    if not spec.pressure_mask and spec.down_slack_min is None:
+    pressure mask (`spec.pressure_mask`), the slack mask (`spec.down_slack_min`) and the idle-core
+    mask (`spec.idle_core_util`), in `mask`'s dtype and shape (module docstring). The rules write
+    into one set of per-app flags."""
+    if not spec.pressure_mask and spec.down_slack_min is None and spec.idle_core_util is None:
         return mask
     allowed = _no_moves_withheld(x, spec.max_apps, spec.action_mode)
     _withhold(spec, _app_features(x, spec.max_apps), allowed)

@@ -93,12 +93,15 @@ class ModelConfig:
     `<UP,MEM>` / `<UP,DISK>` only to apps that use most of their memory / disk bandwidth;
     `down_slack_min`: offer an app's DOWN moves only while its slack is above this (null: always;
     the network's docstring says why); `spare_core_util`: below it, still offer `<DOWN,CORE>` to an
-    app whose cores are busy less than this fraction (null: never; agents.policy says why)."""
+    app whose cores are busy less than this fraction (null: never; agents.policy says why);
+    `idle_core_util`: withhold `<UP,CORE>` from an app whose cores are busy less than this fraction
+    (null: never; agents.policy says why)."""
 
     hidden_units: int = 128
     pressure_mask: bool = True
     down_slack_min: float | None = DOWNSIZE_SLACK_ABOVE  # PARTIES Alg. 1's downsize threshold
     spare_core_util: float | None = None
+    idle_core_util: float | None = None
 
     def __post_init__(self) -> None:
         if not 4 <= self.hidden_units <= 4096:
@@ -107,6 +110,8 @@ class ModelConfig:
             raise ConfigError(f"model.down_slack_min must be in [-1, 1) or null, got {self.down_slack_min}")
         if self.spare_core_util is not None and not 0.0 < self.spare_core_util < 1.0:
             raise ConfigError(f"model.spare_core_util must be in (0, 1) or null, got {self.spare_core_util}")
+        if self.idle_core_util is not None and not 0.0 < self.idle_core_util < 1.0:
+            raise ConfigError(f"model.idle_core_util must be in (0, 1) or null, got {self.idle_core_util}")
 
 
 @dataclass(frozen=True)
@@ -401,6 +406,7 @@ class TrainConfig:
             pressure_mask=self.model.pressure_mask,
             down_slack_min=self.model.down_slack_min,
             spare_core_util=self.model.spare_core_util,
+            idle_core_util=self.model.idle_core_util,
         )
 
 

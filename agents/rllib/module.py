@@ -3,9 +3,9 @@
 Both modules read the env's Dict observation {"observations": features, "action_mask": 0/1}
 (`env.gym_env.ActionMaskObs` / `env.vector_env.VectorActionMaskObs`) and hold the network as
 `self.net`, so its `state_dict` is exactly what `agents.policy.export_policy` saves and
-`RlController` serves without Ray. `model_config` is `net_model_config(NetSpec)`:
-`{"action_mode", "max_apps", "hidden_units", "pressure_mask", "down_slack_min"}` (plus what RLlib
-adds, e.g. DQN's `epsilon`).
+`RlController` serves without Ray. `model_config` is `net_model_config(NetSpec)`: every field of
+`NetSpec` but `with_value` (`NET_KEYS`: the action layout, the width and the withholding rules),
+plus what RLlib adds, e.g. DQN's `epsilon`.
 
 * `ColocPPOModule` (PPO, `single` and `per_app`): masked logits as `ACTION_DIST_INPUTS`
   (Categorical, or a MultiCategorical of `max_apps` x 11 in per-app mode) and the critic's value

@@ -204,12 +204,20 @@ def test_controller_acts_like_the_network_and_only_plans_feasible_moves(tmp_path
 @pytest.mark.parametrize("max_apps", [1, 3, 6])
 @pytest.mark.parametrize(
     "masks",
-    [(False, None, None), (True, None, None), (False, 0.2, None), (True, 0.2, None), (True, 0.2, 0.15)],
+    [
+        (False, None, None, None),
+        (True, None, None, None),
+        (False, 0.2, None, None),
+        (True, 0.2, None, None),
+        (True, 0.2, 0.15, None),
+        (False, None, None, 0.25),
+        (True, 0.2, 0.15, 0.25),
+    ],
 )
 def test_the_numpy_path_scores_and_picks_as_the_network_does(mode, max_apps, masks):
     """`GreedyArrays` (what `LoadedPolicy.act` runs) against `ColocNet` on random inputs: occupied
     and padded slots, random action masks, usage and slack on both sides of the withholding rules."""
-    pressure, down_slack_min, spare_core_util = masks
+    pressure, down_slack_min, spare_core_util, idle_core_util = masks
     spec = NetSpec(
         mode,
         max_apps,
@@ -217,6 +225,7 @@ def test_the_numpy_path_scores_and_picks_as_the_network_does(mode, max_apps, mas
         pressure_mask=pressure,
         down_slack_min=down_slack_min,
         spare_core_util=spare_core_util,
+        idle_core_util=idle_core_util,
     )
     torch.manual_seed(max_apps)
     net = sharpen(ColocNet(spec)).eval()
@@ -237,7 +246,8 @@ def test_the_numpy_path_scores_and_picks_as_the_network_does(mode, max_apps, mas
         np.testing.assert_array_equal(arrays.feasible(x, mask), feasible)
         np.testing.assert_array_equal(arrays.greedy(x, mask), action)
         withheld += int((feasible < (mask > 0.5)).sum())
-    assert (withheld > 0) == (pressure or down_slack_min is not None)  # the rules were exercised
+    rules_on = pressure or down_slack_min is not None or idle_core_util is not None
+    assert (withheld > 0) == rules_on  # the rules were exercised
 
 
 def test_the_numpy_path_follows_weights_loaded_into_the_network():

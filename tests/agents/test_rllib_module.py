@@ -180,6 +180,17 @@ def test_pressure_mask_offers_more_memory_or_disk_only_to_apps_that_use_most_of_
     assert chosen == (codec.single_index(0, Move.UP_MEM) if mode == "single" else Move.UP_MEM.value)
 
 
+def _scores_where_one_move_wins(spec, move, x, env_mask):
+    """The masked scores of a `spec` network whose app head favours `move` in every slot by 50."""
+    torch.manual_seed(0)
+    net = ColocNet(spec).eval()
+    with torch.no_grad():
+        bias = net.app_head[-1].bias
+        bias.zero_()
+        bias[move.value - (spec.action_mode == "single")] = 50.0
+        return net.masked_scores(x[None], env_mask)[0]
+
+
 def _move_flags(got, codec, slots):
     """(slot, move, offered) for every move of `slots` in the flat feasible mask `got` of `codec`'s
     action layout (single mode has HOLD once, not per slot)."""
@@ -221,13 +232,7 @@ def test_down_slack_min_withholds_every_down_move_of_an_app_at_or_below_it_and_n
         both, got * feasible_mask(NetSpec(mode, M, 32, pressure_mask=True), x[None], env_mask)[0]
     )
     # the network's own choice respects it
-    torch.manual_seed(0)
-    net = ColocNet(spec).eval()
-    with torch.no_grad():
-        bias = net.app_head[-1].bias
-        bias.zero_()
-        bias[Move.DOWN_CORE.value - (mode == "single")] = 50.0  # DOWN CORE wins in every slot
-        chosen = net.masked_scores(x[None], env_mask).argmax(dim=-1).item()
+    chosen = _scores_where_one_move_wins(spec, Move.DOWN_CORE, x, env_mask).argmax().item()
     assert chosen == (codec.single_index(0, Move.DOWN_CORE) if mode == "single" else Move.DOWN_CORE.value)
 
 
@@ -259,6 +264,44 @@ def test_spare_core_util_offers_down_core_below_the_slack_rule_to_an_app_whose_c
     )[0]
     core0 = codec.single_index(0, Move.DOWN_CORE) if mode == "single" else Move.DOWN_CORE.value
     assert not slack_only[core0] and int((got != slack_only).sum()) == 1
+
+
+@pytest.mark.parametrize("mode", ["single", "per_app"])
+def test_idle_core_util_withholds_up_core_from_an_app_whose_cores_idle(mode):
+    """`<UP,CORE>` alone is withheld from an app whose cores are busy less than `idle_core_util`
+    (MongoDB waiting on I/O at its knee, PARTIES Sec. 3.4.1); offered at or above it, and on a
+    `cpu_util` of 0 (unmeasured, or no request served in the interval); every other move as before.
+    The network's own choice respects it."""
+    from agents.policy import feasible_mask
+    from env.features import APP_FEATURES
+    from env.gym_env import ActionCodec
+    from env.types import Move
+
+    names = [f.name for f in APP_FEATURES]
+    x = random_features(np.random.default_rng(7), [True] * 4 + [False] * 2)
+    for slot, util in {0: 0.05, 1: 0.25, 2: 0.0, 3: 0.9}.items():
+        x[slot * N_APP_FEATURES + names.index("cpu_util")] = util
+    codec = ActionCodec(M, mode)
+    env_mask = torch.ones(1, codec.mask_size)
+    base = NetSpec(mode, M, 32, pressure_mask=True, down_slack_min=0.2)
+    spec = dataclasses.replace(base, idle_core_util=0.25)
+    got = feasible_mask(spec, x[None], env_mask)[0]
+    without = feasible_mask(base, x[None], env_mask)[0]
+    for (slot, move, offered), (_, _, before) in zip(
+        _move_flags(got, codec, range(4)), _move_flags(without, codec, range(4)), strict=True
+    ):
+        withheld = slot == 0 and move is Move.UP_CORE
+        assert offered is (before and not withheld), (slot, move)
+    up_core_0 = codec.single_index(0, Move.UP_CORE) if mode == "single" else Move.UP_CORE.value
+    assert without[up_core_0] and int((got != without).sum()) == 1
+    alone = feasible_mask(NetSpec(mode, M, 32, idle_core_util=0.25), x[None], env_mask)[0]
+    assert not alone[up_core_0] and int((alone != env_mask[0]).sum()) == 1  # with no other rule on
+    scores = _scores_where_one_move_wins(spec, Move.UP_CORE, x, env_mask)
+    if mode == "single":  # one move for the node: another app's core, slot 0's is withheld
+        assert scores.argmax().item() in {codec.single_index(s, Move.UP_CORE) for s in (1, 2, 3)}
+    else:  # one move per app: slot 0 takes its next best, slot 1 its core
+        per_slot = scores.reshape(M, N_MOVES).argmax(dim=-1)
+        assert per_slot[0].item() != Move.UP_CORE.value and per_slot[1].item() == Move.UP_CORE.value
 
 
 # ---- RLlib modules ------------------------------------------------------------------------------------------

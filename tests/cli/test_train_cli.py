@@ -94,6 +94,7 @@ def test_help_explains_the_flags(capsys):
         (["--config", "ppo-single", "--set", "selection.episodes=-1"], "selection.episodes must be >= 0"),
         (["--config", "ppo-single", "--set", "model.down_slack_min=1.5"], "model.down_slack_min must be in"),
         (["--config", "ppo-single", "--set", "model.spare_core_util=0"], "model.spare_core_util must be in"),
+        (["--config", "ppo-single", "--set", "model.idle_core_util=1"], "model.idle_core_util must be in"),
         (
             ["--config", "ppo-single", "--num-env-runners", "0", "--set", "eval.scenarios=[nope]"],
             "eval.scenarios",
@@ -135,6 +136,7 @@ def test_a_non_empty_out_is_refused_without_overwrite(capsys, tmp_path):
         (["model.hidden_units=32"], [], "hidden_units=32"),
         (["model.pressure_mask=false"], [], "model.pressure_mask=False"),
         (["model.spare_core_util=0.15"], [], "model.spare_core_util=0.15"),
+        (["model.idle_core_util=0.25"], [], "model.idle_core_util=0.25"),
         (["algo=dqn"], [], "algo 'dqn'"),
         ([], ["--set", "iterations=2"], "already trained 3 iterations"),
     ],
