@@ -68,9 +68,9 @@ on 1..6-app mixes runs on any mix of up to `max_apps` apps.
   apps (PARTIES Fig. 6 right) keeps 0.02-0.2 of its cores busy, its threads waiting on I/O, and
   "only requires a single core at the lowest frequency to meet QoS at high load" (PARTIES Sec.
   3.4.1); a policy that upsizes its cores whenever a noisy interval reads near the target takes
-  them from the BE job, where the Oracle leaves them. `model.idle_core_util` is off by default: at
-  0.25, in two training seeds, EMU on that mix rose in both and fell elsewhere in both (README,
-  "Where the learned policy stands").
+  them from the BE job, where the Oracle leaves them. `model.idle_core_util` is off by default and
+  0.25 in `full.yaml`: a trained network given the rule, or trained with it and denied it, moves
+  only on the five- and six-app mixes, and gains there (README, "Where the learned policy stands").
 
 **The export file** (`policy.pt`, written atomically by `export_policy`) is a torch pickle of plain
 data only - `{"format", "version", "meta", "state_dict"}` - read with `torch.load(weights_only=True)`.
