@@ -70,7 +70,7 @@ on 1..6-app mixes runs on any mix of up to `max_apps` apps.
   3.4.1); a policy that upsizes its cores whenever a noisy interval reads near the target takes
   them from the BE job, where the Oracle leaves them. `model.idle_core_util` is off by default and
   0.25 in `full.yaml`: a trained network given the rule, or trained with it and denied it, moves
-  only on the five- and six-app mixes, and gains on mix6-const in all four such ablations (README,
+  only on the five- and six-app mixes, and gains on mix6-const in each of the three so ablated (README,
   "Where the learned policy stands").
 
 **The export file** (`policy.pt`, written atomically by `export_policy`) is a torch pickle of plain
