@@ -189,6 +189,11 @@ class NetSpec:
         """Length of the flat score vector (= the action mask's length)."""
         return ActionCodec(self.max_apps, self.action_mode).mask_size
 
+    @property
+    def withholds_moves(self) -> bool:
+        """Whether any of `_withhold`'s rules is on (`spare_core_util` acts only inside the slack rule)."""
+        return self.pressure_mask or self.down_slack_min is not None or self.idle_core_util is not None
+
 
 def _mlp(n_in: int, n_hidden: int, n_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(n_in, n_hidden), nn.ReLU(), nn.Linear(n_hidden, n_out), nn.ReLU())
@@ -219,7 +224,7 @@ def _no_moves_withheld(x: torch.Tensor, max_apps: int, action_mode: str) -> torc
 def _withhold(spec: NetSpec, apps: Any, allowed: Any) -> None:
     """Clear, in the per-app move flags `allowed`, the moves that `spec`'s pressure, slack and idle-core
     masks withhold from each app given its features `apps` (tensors or arrays: the same rules for
-    the network and its numpy view, `GreedyArrays`)."""
+    the network and its numpy view, `GreedyArrays`). `NetSpec.withholds_moves` names the same rules."""
     if spec.pressure_mask:
         _withhold_pressure(allowed, apps, spec.action_mode)
     if spec.down_slack_min is not None:
@@ -258,7 +263,7 @@ def feasible_mask(spec: NetSpec, x: torch.Tensor, mask: torch.Tensor) -> torch.T
     pressure mask (`spec.pressure_mask`), the slack mask (`spec.down_slack_min`) and the idle-core
     mask (`spec.idle_core_util`), in `mask`'s dtype and shape (module docstring). The rules write
     into one set of per-app flags."""
-    if not spec.pressure_mask and spec.down_slack_min is None and spec.idle_core_util is None:
+    if not spec.withholds_moves:
         return mask
     allowed = _no_moves_withheld(x, spec.max_apps, spec.action_mode)
     _withhold(spec, _app_features(x, spec.max_apps), allowed)
