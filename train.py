@@ -19,7 +19,8 @@ Ctrl-C (or SIGTERM) saves a checkpoint of the last finished iteration; --resume 
 Output (--out DIR): config.yaml (the resolved config), progress.jsonl, tb/ (TensorBoard: train/,
 qos/, be/, selection/), checkpoints/iter_NNNNNN/ and checkpoints.sha256 (their files' SHA-256: a
 checkpoint is a pickle, so --resume refuses files that do not match it), policy.pt (of the imitated
-network and every checkpoint's, the best on selection.episodes validation episodes; load with torch
+network and every checkpoint's, the best on selection.episodes validation episodes, or with
+selection.average_best=K the mean of the weights of the K best, kept in networks/; load with torch
 alone; evaluate it with `evaluate.py compare --controllers rl:DIR/policy.pt,parties ...`),
 policy_last.pt (the last checkpoint's network), selection.json (the validation scores),
 eval/<scenario>/summary.json (schema of `evaluate.py compare`), eval/summary.md, run.json.

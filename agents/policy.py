@@ -100,9 +100,9 @@ from __future__ import annotations
 import io
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -450,6 +450,9 @@ class PolicyMeta:
     trained_iterations: int = 0
     trained_env_steps: int = 0
     guards: GuardsConfig | None = None  # the guard chain it was trained under (None: not recorded)
+    # the training iterations whose networks' weights were averaged into this one (`average_policies`;
+    # empty: one network's weights)
+    averaged_iterations: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -467,6 +470,7 @@ class PolicyMeta:
                 guards=None
                 if data.get("guards") is None
                 else GuardsConfig.from_dict(data["guards"], f"{where}: guards"),
+                averaged_iterations=tuple(int(i) for i in data.get("averaged_iterations", ())),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{where}: bad policy metadata ({e})") from None
@@ -545,6 +549,34 @@ def export_policy(path: str | Path, net: ColocNet, meta: PolicyMeta) -> Path:
     torch.save(payload, buf)
     atomic_write_bytes(path, buf.getvalue())
     return path
+
+
+def average_policies(paths: Sequence[str | Path], path: str | Path) -> Path:
+    """Write to `path` the policy whose weights are the element-wise mean of the policies at `paths`
+    (networks of one training run, e.g. its best-scoring checkpoints: stochastic weight averaging,
+    Izmailov et al., UAI 2018, which finds a point nearer the centre of the region the late
+    iterates of one run wander in than any one of them). The metadata is the latest network's
+    (the most iterations), with `averaged_iterations` listing every network's (none for one network).
+    ValueError when the policies describe different networks, observation layouts or training
+    (algorithm, guards)."""
+    if not paths:
+        raise ValueError("average_policies needs at least one policy")
+    loaded = [load_policy(p) for p in paths]
+    first = loaded[0].meta
+    for p in loaded[1:]:
+        m = p.meta
+        if (m.net, m.features, m.algo, m.guards) != (first.net, first.features, first.algo, first.guards):
+            raise ValueError(f"{p.path} and {loaded[0].path} are not networks of one training run")
+    states = [p.net.state_dict() for p in loaded]
+    net = ColocNet(first.net)
+    net.load_state_dict({k: torch.stack([s[k] for s in states]).mean(dim=0) for k in states[0]}, strict=True)
+    latest = max((p.meta for p in loaded), key=lambda m: m.trained_iterations)
+    iterations = tuple(
+        sorted(i for p in loaded for i in (p.meta.averaged_iterations or (p.meta.trained_iterations,)))
+    )
+    return export_policy(
+        path, net, replace(latest, averaged_iterations=iterations if len(iterations) > 1 else ())
+    )
 
 
 def resolve_policy_path(path: str | Path) -> Path:
@@ -701,9 +733,14 @@ def policy_summary(policy: LoadedPolicy) -> str:
     m = policy.meta
     params = sum(p.numel() for p in policy.net.parameters())
     steps = f"{m.trained_env_steps / 1e6:.2f}M" if m.trained_env_steps >= 1e5 else str(m.trained_env_steps)
+    averaged = (
+        f" (the mean of the networks of iterations {', '.join(map(str, m.averaged_iterations))})"
+        if m.averaged_iterations
+        else ""
+    )
     return (
         f"{policy.path}: {m.algo or '?'} {m.net.action_mode} policy, max_apps={m.net.max_apps}, "
-        f"{params} parameters, {m.trained_iterations} iterations / {steps} env steps"
+        f"{params} parameters, {m.trained_iterations} iterations / {steps} env steps{averaged}"
     )
 
 
@@ -717,6 +754,7 @@ __all__ = [
     "NetSpec",
     "PolicyMeta",
     "RlController",
+    "average_policies",
     "check_layout",
     "export_policy",
     "feasible_mask",

@@ -11,8 +11,9 @@ Run directory (`--out OUT`):
     OUT/checkpoints/iter_NNNNNN RLlib checkpoints (`Algorithm.save_to_path`) + coloc.json (layout, iteration)
     OUT/checkpoints.sha256      the SHA-256 of every checkpoint file written (resume refuses others)
     OUT/policy.pt               the policy: of the imitated network and every checkpoint, the best on
-                                validation episodes (`agents.rllib.selection`; torch alone; spec
-                                `rl:OUT/policy.pt` or `rl:OUT`)
+                                validation episodes, or the mean of the `selection.average_best` best
+                                (`agents.rllib.selection`; torch alone; spec `rl:OUT/policy.pt` or `rl:OUT`)
+    OUT/networks/iter_NNNNNN.pt with `selection.average_best` > 1: the networks averaged into policy.pt
     OUT/policy_last.pt          the last checkpoint's network, exported the same way
     OUT/selection.json          every scored network's validation score and the one chosen
     OUT/eval/<scenario>/        `evaluate.py compare` output of the policy vs the baselines (summary.json, ...)
@@ -460,6 +461,7 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
         "eval_wall_s": round(eval_s, 1),
         "policy": str(result.policy),
         "policy_iteration": None if selection is None or selection.best is None else selection.best.iteration,
+        "policy_averaged_iterations": [] if selection is None else selection.averaged,
         "checkpoints": [str(p) for p in checkpoints_in(out)],
         "evaluation": {k: str(out / "eval" / k / "summary.json") for k in evaluation},
     }
@@ -490,7 +492,7 @@ def _select_exported(
     score = select(config, out, iteration, selection)
     best = selection.best
     assert best is not None  # `score` was just added
-    log(describe(score, best))
+    log(describe(score, best, selection.averaged, selection.average_score))
     return {
         "selection/reward_per_interval": score.reward_per_interval,
         "selection/qos_met": score.qos_met,

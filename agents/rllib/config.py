@@ -317,13 +317,21 @@ class WarmStartConfig:
 class SelectionConfig:
     """`episodes` validation episodes score the imitated network and every checkpoint, and the best
     becomes `OUT/policy.pt` (`agents.rllib.selection`); 0 = the last iteration's network is the
-    policy, as without selection."""
+    policy, as without selection. `average_best` > 1: `OUT/policy.pt` is the mean of the weights
+    of that many best-scoring networks instead of the best one (`agents.policy.average_policies`)."""
 
     episodes: int = 16
+    average_best: int = 1
 
     def __post_init__(self) -> None:
         if self.episodes < 0:
             raise ConfigError(f"selection.episodes must be >= 0, got {self.episodes}")
+        if self.average_best < 1:
+            raise ConfigError(f"selection.average_best must be >= 1, got {self.average_best}")
+        if self.average_best > 1 and self.episodes == 0:
+            raise ConfigError(
+                "selection.average_best > 1 needs validation scores to rank the networks (selection.episodes > 0)"
+            )
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,12 @@ from agents.policy import (
     NetSpec,
     PolicyMeta,
     RlController,
+    average_policies,
     export_policy,
     feature_layout,
     load_policy,
     make,
+    policy_summary,
 )
 from env.config import ConfigError
 from env.controller import ControllerContext
@@ -93,6 +95,47 @@ def test_export_round_trips_weights_and_metadata(tmp_path, mode):
     x = torch.rand(5, ObservationEncoder(6).size)
     torch.testing.assert_close(policy.net.scores(x), again.scores(x))
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
+
+
+def _policy_of(tmp_path: Path, name: str, seed: int, iterations: int, hidden_units: int = 32) -> Path:
+    torch.manual_seed(seed)
+    spec = NetSpec("single", 6, hidden_units)
+    meta = PolicyMeta(spec, FeatureConfig(), feature_layout(), "ppo", iterations, 1000 * iterations)
+    return export_policy(tmp_path / name, ColocNet(spec), meta)
+
+
+def test_an_average_of_policies_holds_the_mean_of_their_weights_and_names_them(tmp_path):
+    paths = [_policy_of(tmp_path, f"p{i}.pt", seed=i, iterations=it) for i, it in enumerate((30, 10, 20))]
+    out = average_policies(paths, tmp_path / "avg.pt")
+    avg = load_policy(out)
+    states = [load_policy(p).net.state_dict() for p in paths]
+    for name, w in avg.net.state_dict().items():
+        torch.testing.assert_close(w, (states[0][name] + states[1][name] + states[2][name]) / 3)
+    assert not torch.equal(avg.net.state_dict()["hold_head.weight"], states[0]["hold_head.weight"])
+    # the metadata is the latest network's, with every averaged iteration
+    assert avg.meta.trained_iterations == 30 and avg.meta.trained_env_steps == 30_000
+    assert avg.meta.averaged_iterations == (10, 20, 30)
+    assert "the mean of the networks of iterations 10, 20, 30" in policy_summary(avg)
+    # an average of one is that network; an average of averages names every iteration once
+    one = load_policy(average_policies(paths[:1], tmp_path / "one.pt"))
+    torch.testing.assert_close(one.net.state_dict(), states[0])
+    assert one.meta.averaged_iterations == () and "mean" not in policy_summary(one)
+    again = average_policies(
+        [out, _policy_of(tmp_path, "p3.pt", seed=3, iterations=40)], tmp_path / "again.pt"
+    )
+    assert load_policy(again).meta.averaged_iterations == (10, 20, 30, 40)
+    # a single network's file records no average
+    assert load_policy(paths[0]).meta.averaged_iterations == ()
+
+
+def test_policies_of_different_networks_are_not_averaged(tmp_path):
+    a = _policy_of(tmp_path, "a.pt", seed=0, iterations=1)
+    b = _policy_of(tmp_path, "b.pt", seed=1, iterations=2, hidden_units=16)
+    with pytest.raises(ValueError, match="not networks of one training run"):
+        average_policies([a, b], tmp_path / "avg.pt")
+    with pytest.raises(ValueError, match="at least one"):
+        average_policies([], tmp_path / "avg.pt")
+    assert not (tmp_path / "avg.pt").exists()
 
 
 def test_a_run_directory_resolves_to_its_policy(tmp_path):

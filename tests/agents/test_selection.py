@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from agents.policy import LAST_POLICY_FILE, POLICY_FILE, ColocNet
+from agents.policy import (
+    LAST_POLICY_FILE,
+    POLICY_FILE,
+    ColocNet,
+    PolicyMeta,
+    export_policy,
+    feature_layout,
+    load_policy,
+)
 from agents.rllib import selection as S
 from agents.rllib.config import load_train_config
 from env.types import Move
@@ -121,3 +129,72 @@ def test_select_makes_the_exported_network_the_policy_only_when_it_is_the_best(t
         S.select(config, tmp_path, iteration, sel)
     assert (tmp_path / POLICY_FILE).read_bytes() == b"network 10"
     assert json.loads((tmp_path / S.SELECTION_FILE).read_text())["best_iteration"] == 10
+
+
+def test_with_average_best_the_policy_is_the_mean_of_the_best_networks_and_only_they_are_kept(
+    tmp_path, monkeypatch
+):
+    """selection.average_best = 3: after each scored network, OUT/policy.pt holds the mean of the
+    weights of the three best-scoring networks (networks/ keeps exactly those), and the log and
+    selection.json name them and the average's own score; a resumed selection goes on averaging
+    over the kept files."""
+    config = load_train_config("ppo-single", [*SMALL, "selection.average_best=3"])
+    spec = config.net_spec()
+    rewards = {0: 1.0, 10: 3.0, 20: 2.0, 30: 0.5, 40: 2.5}
+    scored: list[tuple[int, tuple[int, ...]]] = []  # (iteration, averaged iterations of the network scored)
+
+    def fake_validate(net, config, episodes, iteration):
+        averaged = load_policy(tmp_path / POLICY_FILE).meta.averaged_iterations if scored else ()
+        is_average = bool(scored) and scored[-1][0] == iteration  # the second call of an iteration
+        scored.append((iteration, averaged if is_average else ()))
+        return score(iteration, rewards[iteration] + (0.01 * len(averaged) if is_average else 0.0))
+
+    monkeypatch.setattr(S, "validate", fake_validate)
+    nets = {}
+    sel = S.Selection(episodes=4)
+    for iteration in (0, 10, 20, 30):
+        torch.manual_seed(iteration)
+        nets[iteration] = ColocNet(spec)
+        export_policy(
+            tmp_path / LAST_POLICY_FILE,
+            nets[iteration],
+            PolicyMeta(spec, config.env.features, feature_layout(), "ppo", iteration, 0),
+        )
+        S.select(config, tmp_path, iteration, sel)
+    assert sorted(S.kept_networks(tmp_path)) == [0, 10, 20]  # 30 scored below all three
+    assert sel.averaged == [10, 20, 0]
+    policy = load_policy(tmp_path / POLICY_FILE)
+    assert policy.meta.averaged_iterations == (0, 10, 20)
+    for name, w in policy.net.state_dict().items():
+        mean = sum(nets[i].state_dict()[name] for i in (0, 10, 20)) / 3
+        torch.testing.assert_close(w, mean)
+    # the average is scored each time it changes (not after iteration 30, which stayed out of it)
+    assert [i for i, _ in scored] == [0, 0, 10, 10, 20, 20, 30]
+    assert scored[5] == (20, (0, 10, 20)) and sel.average_score == pytest.approx(2.03)
+    line = S.describe(sel.scores[-1], sel.best, sel.averaged, sel.average_score)
+    assert "the mean of the networks of iterations 10, 20, 0 (it scores 2.030)" in line
+    saved = json.loads((tmp_path / S.SELECTION_FILE).read_text())
+    assert saved["best_iteration"] == 10 and saved["averaged_iterations"] == [10, 20, 0]
+    assert saved["average_reward_per_interval"] == pytest.approx(2.03)
+
+    # resumed: a better network replaces the worst of the three
+    again = S.Selection.load(tmp_path, 4)
+    assert again.averaged == [10, 20, 0] and again.average_score == pytest.approx(2.03)
+    torch.manual_seed(40)
+    nets[40] = ColocNet(spec)
+    export_policy(
+        tmp_path / LAST_POLICY_FILE,
+        nets[40],
+        PolicyMeta(spec, config.env.features, feature_layout(), "ppo", 40, 0),
+    )
+    S.select(config, tmp_path, 40, again)
+    assert sorted(S.kept_networks(tmp_path)) == [10, 20, 40] and again.averaged == [10, 40, 20]
+    assert load_policy(tmp_path / POLICY_FILE).meta.averaged_iterations == (10, 20, 40)
+    assert (tmp_path / LAST_POLICY_FILE).is_file()  # the last network stays exported beside it
+
+
+def test_top_ranks_by_score_then_by_the_earlier_network():
+    sel = S.Selection(4, [score(0, 1.0), score(10, 2.0), score(20, 2.0), score(30, 3.0)])
+    assert [s.iteration for s in sel.top(3)] == [30, 10, 20]
+    assert [s.iteration for s in sel.top(2, among={0, 20})] == [20, 0]
+    assert sel.top(5, among=set()) == []

@@ -92,6 +92,14 @@ def test_help_explains_the_flags(capsys):
         (["--config", "ppo-single", "--set", "novalue"], "expected key=value"),
         (["--config", "ppo-single", "--set", "seed=-3"], "seed must be >= 0"),
         (["--config", "ppo-single", "--set", "selection.episodes=-1"], "selection.episodes must be >= 0"),
+        (
+            ["--config", "ppo-single", "--set", "selection.average_best=0"],
+            "selection.average_best must be >= 1",
+        ),
+        (
+            ["--config", "ppo-single", "--set", "selection.episodes=0", "--set", "selection.average_best=2"],
+            "needs validation scores",
+        ),
         (["--config", "ppo-single", "--set", "model.down_slack_min=1.5"], "model.down_slack_min must be in"),
         (["--config", "ppo-single", "--set", "model.spare_core_util=0"], "model.spare_core_util must be in"),
         (["--config", "ppo-single", "--set", "model.idle_core_util=1"], "model.idle_core_util must be in"),
