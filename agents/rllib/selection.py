@@ -230,35 +230,33 @@ def kept_networks(out: Path) -> dict[int, Path]:
     }
 
 
-def average_best(out: Path, selection: Selection, k: int) -> list[int]:
-    """Make `OUT/policy.pt` the mean of the `k` best-scoring networks the run keeps (module
-    docstring), drop the kept networks no longer among them, and return their iterations, best first."""
+def keep_best(out: Path, selection: Selection, k: int) -> dict[int, Path]:
+    """The `k` best-scoring networks run `out` keeps, by iteration, best first; the other kept
+    networks are deleted (module docstring)."""
     kept = kept_networks(out)
-    top = [s.iteration for s in selection.top(k, set(kept))]
+    top = {s.iteration: kept[s.iteration] for s in selection.top(k, set(kept))}
     for iteration, path in kept.items():
         if iteration not in top:
-            path.unlink(missing_ok=True)
-    if top:
-        average_policies([kept[i] for i in top], out / POLICY_FILE)
+            path.unlink()
     return top
 
 
 def select(config: TrainConfig, out: Path, iteration: int, selection: Selection) -> ValidationScore:
     """Score the network just exported as `OUT/policy_last.pt` (of `iteration`; read back from the
     file, so the network scored is the one adopted), make it `OUT/policy.pt` when it is the best so
-    far (or, with `selection.average_best` > 1, average it in when it is among the best), and save
-    the selection."""
+    far (or, with `selection.average_best` > 1, average it in when it is among the best, and score
+    the mean), and save the selection."""
     score = validate(load_policy(out / LAST_POLICY_FILE).net, config, selection.episodes, iteration)
     is_best = selection.add(score)
     k = config.selection.average_best
     if k > 1:
         atomic_write_bytes(network_file(out, iteration), (out / LAST_POLICY_FILE).read_bytes())
-        if iteration in {s.iteration for s in selection.top(k, set(kept_networks(out)))}:
-            selection.averaged = average_best(out, selection, k)
+        top = keep_best(out, selection, k)
+        if iteration in top:
+            average_policies(list(top.values()), out / POLICY_FILE)
+            selection.averaged = list(top)
             mean = validate(load_policy(out / POLICY_FILE).net, config, selection.episodes, iteration)
             selection.average_score = mean.reward_per_interval
-        else:
-            network_file(out, iteration).unlink()
     elif is_best:
         adopt_last(out)
     selection.save(out)
