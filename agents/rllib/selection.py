@@ -138,8 +138,8 @@ class Selection:
 
     @property
     def best(self) -> ValidationScore | None:
-        """The highest score (the earliest network among equals)."""
-        return max(self.scores, key=lambda s: (s.reward_per_interval, -s.iteration), default=None)
+        """The highest score (the earliest network among equals): the first of `top`."""
+        return next(iter(self.top(1)), None)
 
     def top(self, k: int, among: set[int] | None = None) -> list[ValidationScore]:
         """The `k` highest scores, best first (the earlier network among equals), of the
