@@ -20,8 +20,10 @@ Output (--out DIR): config.yaml (the resolved config), progress.jsonl, tb/ (Tens
 qos/, be/, selection/), checkpoints/iter_NNNNNN/ and checkpoints.sha256 (their files' SHA-256: a
 checkpoint is a pickle, so --resume refuses files that do not match it), policy.pt (of the imitated
 network and every checkpoint's, the best on selection.episodes validation episodes, or with
-selection.average_best=K the mean of the weights of the K best, kept in networks/; load with torch
-alone; evaluate it with `evaluate.py compare --controllers rl:DIR/policy.pt,parties ...`),
+selection.average_best=K the mean of the weights of the K best, kept in networks/; with
+selection.rescore_best=K the K best (and that mean) are scored again on selection.rescore_episodes
+episodes at the end, and the highest is the policy; load with torch alone; evaluate it with
+`evaluate.py compare --controllers rl:DIR/policy.pt,parties ...`),
 policy_last.pt (the last checkpoint's network), selection.json (the validation scores),
 eval/<scenario>/summary.json (schema of `evaluate.py compare`), eval/summary.md, run.json.
 

@@ -11,9 +11,11 @@ Run directory (`--out OUT`):
     OUT/checkpoints/iter_NNNNNN RLlib checkpoints (`Algorithm.save_to_path`) + coloc.json (layout, iteration)
     OUT/checkpoints.sha256      the SHA-256 of every checkpoint file written (resume refuses others)
     OUT/policy.pt               the policy: of the imitated network and every checkpoint, the best on
-                                validation episodes, or the mean of the `selection.average_best` best
+                                validation episodes, or the mean of the `selection.average_best` best;
+                                with `selection.rescore_best` > 1, the best of those few (and the mean)
+                                on more episodes at the end of the session
                                 (`agents.rllib.selection`; torch alone; spec `rl:OUT/policy.pt` or `rl:OUT`)
-    OUT/networks/iter_NNNNNN.pt with `selection.average_best` > 1: the networks averaged into policy.pt
+    OUT/networks/iter_NNNNNN.pt with `selection.average_best` or `rescore_best` > 1: the best networks
     OUT/policy_last.pt          the last checkpoint's network, exported the same way
     OUT/selection.json          every scored network's validation score and the one chosen
     OUT/eval/<scenario>/        `evaluate.py compare` output of the policy vs the baselines (summary.json, ...)
@@ -74,7 +76,7 @@ from agents.rllib.runtime import (
     set_module_weights,
     start_ray,
 )
-from agents.rllib.selection import Selection, adopt_last, describe, select
+from agents.rllib.selection import Selection, adopt_last, describe, rescore, select
 from env.config import ConfigError
 from env.outdir import check_creatable, refuse_to_replace
 from harness.compare import run_compare, summary_table
@@ -444,7 +446,11 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
             ray.shutdown()
         torch.set_num_threads(threads)
     iterations, env_steps, loop_s = outcome
-    wall_s = warm_s + loop_s
+    t0 = time.perf_counter()
+    if selection is not None and config.selection.rescore_best > 1:
+        rescore(config, out, selection, log)
+    rescore_s = time.perf_counter() - t0
+    wall_s = warm_s + loop_s + rescore_s
     evaluation: dict[str, list[dict[str, Any]]] = {}
     t0 = time.perf_counter()
     if config.eval.enabled:
@@ -458,10 +464,11 @@ def train(config: TrainConfig, options: RunOptions) -> TrainOutcome:
         "env_steps": env_steps,
         "train_wall_s": round(wall_s, 1),
         "setup_and_warm_start_s": round(warm_s, 1),
+        "rescore_wall_s": round(rescore_s, 1),
         "eval_wall_s": round(eval_s, 1),
         "policy": str(result.policy),
-        "policy_iteration": None if selection is None or selection.best is None else selection.best.iteration,
-        "policy_averaged_iterations": [] if selection is None else selection.averaged,
+        "policy_iteration": None if selection is None else selection.policy_iteration,
+        "policy_averaged_iterations": [] if selection is None else selection.policy_averaged,
         "checkpoints": [str(p) for p in checkpoints_in(out)],
         "evaluation": {k: str(out / "eval" / k / "summary.json") for k in evaluation},
     }
@@ -490,14 +497,14 @@ def _select_exported(
         adopt_last(out)
         return {}
     score = select(config, out, iteration, selection)
-    best = selection.best
-    assert best is not None  # `score` was just added
-    log(describe(score, best, selection.averaged, selection.average_score))
+    policy_iteration = selection.policy_iteration
+    assert policy_iteration is not None  # `score` was just added
+    log(describe(score, selection))
     return {
         "selection/reward_per_interval": score.reward_per_interval,
         "selection/qos_met": score.qos_met,
         "selection/be_throughput": score.be_throughput,
-        "selection/policy_iteration": float(best.iteration),
+        "selection/policy_iteration": float(policy_iteration),
     }
 
 

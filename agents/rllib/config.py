@@ -318,10 +318,15 @@ class SelectionConfig:
     """`episodes` validation episodes score the imitated network and every checkpoint, and the best
     becomes `OUT/policy.pt` (`agents.rllib.selection`); 0 = the last iteration's network is the
     policy, as without selection. `average_best` > 1: `OUT/policy.pt` is the mean of the weights
-    of that many best-scoring networks instead of the best one (`agents.policy.average_policies`)."""
+    of that many best-scoring networks instead of the best one (`agents.policy.average_policies`).
+    `rescore_best` > 1: at the end of a session the `rescore_best` best-scoring networks (and their
+    mean, with `average_best` > 1) are scored again on `rescore_episodes` episodes, and the highest
+    becomes `OUT/policy.pt`; 1 = no rescoring."""
 
     episodes: int = 16
     average_best: int = 1
+    rescore_best: int = 1
+    rescore_episodes: int = 128
 
     def __post_init__(self) -> None:
         if self.episodes < 0:
@@ -331,6 +336,17 @@ class SelectionConfig:
         if self.average_best > 1 and self.episodes == 0:
             raise ConfigError(
                 "selection.average_best > 1 needs validation scores to rank the networks (selection.episodes > 0)"
+            )
+        if self.rescore_best < 1:
+            raise ConfigError(f"selection.rescore_best must be >= 1, got {self.rescore_best}")
+        if self.rescore_best > 1 and self.episodes == 0:
+            raise ConfigError(
+                "selection.rescore_best > 1 needs validation scores to rank the networks (selection.episodes > 0)"
+            )
+        if self.rescore_best > 1 and self.rescore_episodes <= self.episodes:
+            raise ConfigError(
+                f"selection.rescore_best > 1 rescores the best networks on more episodes than they were ranked on: "
+                f"selection.rescore_episodes must be > selection.episodes ({self.episodes}), got {self.rescore_episodes}"
             )
 
 

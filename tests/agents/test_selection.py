@@ -74,7 +74,7 @@ def test_validation_reports_the_qos_share_per_node_type():
     assert all(0.0 <= v <= 1.0 for v in score.qos_met_by_node.values())
     lo, hi = sorted(score.qos_met_by_node.values())
     assert lo - 1e-12 <= score.qos_met <= hi + 1e-12  # the pooled share lies between them
-    assert "; parties " in S.describe(score, None) and "; qprm " in S.describe(score, None)
+    assert "; parties " in S.describe(score) and "; qprm " in S.describe(score)
 
 
 def test_validation_ranks_a_network_that_leaves_the_be_job_nothing_below_one_that_feeds_it():
@@ -171,7 +171,7 @@ def test_with_average_best_the_policy_is_the_mean_of_the_best_networks_and_only_
     # the average is scored each time it changes (not after iteration 30, which stayed out of it)
     assert [i for i, _ in scored] == [0, 0, 10, 10, 20, 20, 30]
     assert scored[5] == (20, (0, 10, 20)) and sel.average_score == pytest.approx(2.03)
-    line = S.describe(sel.scores[-1], sel.best, sel.averaged, sel.average_score)
+    line = S.describe(sel.scores[-1], sel)
     assert "the mean of the networks of iterations 10, 20, 0 (it scores 2.030)" in line
     saved = json.loads((tmp_path / S.SELECTION_FILE).read_text())
     assert saved["best_iteration"] == 10 and saved["averaged_iterations"] == [10, 20, 0]
@@ -198,3 +198,132 @@ def test_top_ranks_by_score_then_by_the_earlier_network():
     assert [s.iteration for s in sel.top(3)] == [30, 10, 20]
     assert [s.iteration for s in sel.top(2, among={0, 20})] == [20, 0]
     assert sel.top(5, among=set()) == []
+
+
+def export_seeded(path, config, iteration: int) -> ColocNet:
+    """Export a network initialised from `iteration` as the run's last network; return it."""
+    spec = config.net_spec()
+    torch.manual_seed(iteration)
+    net = ColocNet(spec)
+    export_policy(path, net, PolicyMeta(spec, config.env.features, feature_layout(), "ppo", iteration, 0))
+    return net
+
+
+def test_rescoring_makes_the_best_of_the_kept_networks_on_more_episodes_the_policy(tmp_path, monkeypatch):
+    """selection.rescore_best = 3: the three best on the ranking's episodes are kept; at the end they
+    are scored on rescore_episodes, and the highest there becomes OUT/policy.pt even when it ranked
+    lower; selection.json and a resumed selection say so, and a resumed rescoring scores only the
+    networks it has not scored before."""
+    config = load_train_config(
+        "ppo-single", [*SMALL, "selection.rescore_best=3", "selection.rescore_episodes=32"]
+    )
+    ranked = {0: 1.0, 10: 3.0, 20: 2.0, 30: 2.5, 40: 0.5}  # on 4 episodes
+    rescored = {10: 2.0, 20: 2.4, 30: 2.2, 50: 2.6}  # on 32 episodes
+    calls: list[tuple[int, int]] = []
+
+    def fake_validate(net, config, episodes, iteration):
+        calls.append((iteration, episodes))
+        return score(iteration, (ranked if episodes == 4 else rescored)[iteration], episodes)
+
+    monkeypatch.setattr(S, "validate", fake_validate)
+    sel = S.Selection(episodes=4)
+    for iteration in (0, 10, 20, 30, 40):
+        export_seeded(tmp_path / LAST_POLICY_FILE, config, iteration)
+        S.select(config, tmp_path, iteration, sel)
+    assert sorted(S.kept_networks(tmp_path)) == [10, 20, 30]
+    assert load_policy(tmp_path / POLICY_FILE).meta.trained_iterations == 10  # the ranking's best
+    lines: list[str] = []
+    calls.clear()
+    S.rescore(config, tmp_path, sel, lines.append)
+    assert calls == [(10, 32), (30, 32), (20, 32)]  # in the ranking's order
+    assert load_policy(tmp_path / POLICY_FILE).meta.trained_iterations == 20
+    assert sel.best is not None and sel.best.iteration == 10  # the ranking is unchanged
+    assert sel.policy_iteration == 20 and sel.policy_averaged == []
+    assert "rescoring the 3 best networks on 32 validation episodes" in lines[0]
+    assert "iteration 20 scores 2.400" in lines[3] and "(ranked 3 on 4 episodes)" in lines[3]
+    assert lines[-1] == "the policy: the network of iteration 20"
+    saved = json.loads((tmp_path / S.SELECTION_FILE).read_text())
+    assert saved["best_iteration"] == 10 and saved["policy_iteration"] == 20
+    assert saved["rescore_chose_iteration"] == 20
+    assert {s["iteration"]: s["reward_per_interval"] for s in saved["rescored"]} == {
+        10: 2.0,
+        20: 2.4,
+        30: 2.2,
+    }
+
+    # resumed: a network ranked below the best leaves the policy alone, and the end of the session
+    # rescores only it (the others' scores are reused); it wins there
+    again = S.Selection.load(tmp_path, 4)
+    assert again == sel
+    ranked[50] = 2.8
+    export_seeded(tmp_path / LAST_POLICY_FILE, config, 50)
+    calls.clear()
+    S.select(config, tmp_path, 50, again)
+    assert load_policy(tmp_path / POLICY_FILE).meta.trained_iterations == 20  # still rescoring's choice
+    assert S.describe(again.scores[-1], again).endswith(
+        "; the policy stays iteration 20 (chosen on more episodes)"
+    )
+    assert sorted(S.kept_networks(tmp_path)) == [10, 30, 50]
+    S.rescore(config, tmp_path, again)
+    assert calls == [(50, 4), (50, 32)]
+    assert again.chosen == 50 and load_policy(tmp_path / POLICY_FILE).meta.trained_iterations == 50
+
+    # a new best on the ranking replaces the policy: the rescoring's choice no longer holds
+    ranked[60] = 9.0
+    export_seeded(tmp_path / LAST_POLICY_FILE, config, 60)
+    S.select(config, tmp_path, 60, again)
+    assert again.chosen is None and again.policy_iteration == 60
+    assert S.describe(again.scores[-1], again).endswith("; the best so far, now the policy")
+    assert load_policy(tmp_path / POLICY_FILE).meta.trained_iterations == 60
+
+
+def test_rescoring_weighs_the_mean_of_the_averaged_networks_against_each_of_them(tmp_path, monkeypatch):
+    """With selection.average_best = 2 and rescore_best = 3, the mean of the two best is a candidate
+    too: it stays the policy when it scores highest (the mean among equals), else the best network
+    replaces it; with fewer than two candidates nothing is rescored."""
+    config = load_train_config(
+        "ppo-single",
+        [*SMALL, "selection.average_best=2", "selection.rescore_best=3", "selection.rescore_episodes=32"],
+    )
+    ranked = {0: 1.0, 10: 3.0, 20: 2.0}
+    rescored = {0: 2.0, 10: 2.1, 20: 2.2}
+    mean_score = [2.2]
+
+    rescorings: list[int] = []  # the iterations scored on 32 episodes: the three networks, then the mean
+
+    def fake_validate(net, config, episodes, iteration):
+        if episodes == 4:
+            return score(iteration, ranked[iteration], episodes)
+        rescorings.append(iteration)
+        is_mean = len(rescorings) % 4 == 0
+        return score(iteration, mean_score[0] if is_mean else rescored[iteration], episodes)
+
+    monkeypatch.setattr(S, "validate", fake_validate)
+    sel = S.Selection(episodes=4)
+    for iteration in (0, 10, 20):
+        export_seeded(tmp_path / LAST_POLICY_FILE, config, iteration)
+        S.select(config, tmp_path, iteration, sel)
+    assert sorted(S.kept_networks(tmp_path)) == [0, 10, 20] and sel.averaged == [10, 20]
+    lines: list[str] = []
+    S.rescore(config, tmp_path, sel, lines.append)
+    assert rescorings == [10, 20, 0, 20]  # the mean carries its newest network's iteration
+    assert "and their mean" in lines[0] and "the mean of iterations 10, 20 scores 2.200" in lines[-2]
+    assert lines[-1] == "the policy: the mean of iterations 10, 20"  # level with iteration 20: the mean
+    assert sel.chosen is None and sel.policy_averaged == [10, 20] and sel.rescored_mean == pytest.approx(2.2)
+    assert load_policy(tmp_path / POLICY_FILE).meta.averaged_iterations == (10, 20)
+
+    mean_score[0] = 2.15
+    sel.rescored = []
+    S.rescore(config, tmp_path, sel, lines.append)
+    assert lines[-1] == "the policy: the network of iteration 20"
+    assert sel.policy_iteration == 20 and sel.policy_averaged == []
+    assert load_policy(tmp_path / POLICY_FILE).meta.averaged_iterations == ()
+
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    one = S.Selection(episodes=4)
+    export_seeded(lone / LAST_POLICY_FILE, config, 10)
+    S.select(config, lone, 10, one)
+    before = (lone / S.SELECTION_FILE).read_text()
+    S.rescore(config, lone, one, lines.append)
+    assert (lone / S.SELECTION_FILE).read_text() == before and one.chosen is None

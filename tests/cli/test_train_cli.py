@@ -100,6 +100,15 @@ def test_help_explains_the_flags(capsys):
             ["--config", "ppo-single", "--set", "selection.episodes=0", "--set", "selection.average_best=2"],
             "needs validation scores",
         ),
+        (["--config", "full", "--set", "selection.rescore_best=0"], "selection.rescore_best must be >= 1"),
+        (
+            ["--config", "full", "--set", "selection.episodes=0"],
+            "selection.rescore_best > 1 needs validation scores",
+        ),
+        (
+            ["--config", "full", "--set", "selection.rescore_episodes=16"],
+            "selection.rescore_episodes must be > selection.episodes (16), got 16",
+        ),
         (["--config", "ppo-single", "--set", "model.down_slack_min=1.5"], "model.down_slack_min must be in"),
         (["--config", "ppo-single", "--set", "model.spare_core_util=0"], "model.spare_core_util must be in"),
         (["--config", "ppo-single", "--set", "model.idle_core_util=1"], "model.idle_core_util must be in"),
@@ -391,6 +400,8 @@ def test_eval_specs_add_single_app_baselines_only_to_one_app_scenarios(tmp_path)
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_run_keeps_to_its_time_budget_and_returns_a_servable_policy(ray_session, tmp_path, monkeypatch):
+    """...and, with selection.rescore_best, the policy is the better of its networks on more
+    validation episodes, as run.json and selection.json say."""
     import io
 
     from agents.policy import load_policy
@@ -399,7 +410,8 @@ def test_a_run_keeps_to_its_time_budget_and_returns_a_servable_policy(ray_sessio
     log = io.StringIO()
     budget = ["iterations=3", "checkpoint_every=10", "max_train_minutes=0.001", "eval.enabled=false"]
     short_warm_start = ["warm_start.episodes=8"]  # the demo's 80 take most of a minute here
-    config = load_train_config("demo", [*TINY, *budget, *short_warm_start])
+    rescoring = ["selection.rescore_best=2", "selection.rescore_episodes=4"]
+    config = load_train_config("demo", [*TINY, *budget, *short_warm_start, *rescoring])
     monkeypatch.chdir(tmp_path)  # a relative --out, as `make demo` gives (RLlib wants absolute paths)
     outcome = train(config, RunOptions(out=Path("demo"), log=log))
     assert outcome.policy == tmp_path / "demo" / "policy.pt"
@@ -409,6 +421,17 @@ def test_a_run_keeps_to_its_time_budget_and_returns_a_servable_policy(ray_sessio
     # the budget ran out during the first iteration: it stopped there, with a checkpoint
     assert "time budget of 0.001 min reached: stopping after 1 of 3 iterations" in log.getvalue()
     assert load_policy(tmp_path / "demo" / "policy_last.pt").meta.trained_iterations == 1
-    best = json.loads((tmp_path / "demo" / "selection.json").read_text())["best_iteration"]
-    assert best in (0, 1) and load_policy(outcome.policy).meta.trained_iterations == best
     assert [p.name for p in (tmp_path / "demo" / "checkpoints").iterdir()] == ["iter_000001"]
+    # the two networks (imitated, iteration 1) ranked on 2 episodes, rescored on 4: the higher wins
+    selection = json.loads((tmp_path / "demo" / "selection.json").read_text())
+    assert selection["best_iteration"] in (0, 1)
+    rescored = {s["iteration"]: s["reward_per_interval"] for s in selection["rescored"]}
+    assert sorted(rescored) == [0, 1] and {s["episodes"] for s in selection["rescored"]} == {4}
+    chosen = selection["rescore_chose_iteration"]
+    assert rescored[chosen] == max(rescored.values())
+    run_json = json.loads((tmp_path / "demo" / "run.json").read_text())
+    assert load_policy(outcome.policy).meta.trained_iterations == chosen == run_json["policy_iteration"]
+    assert (
+        run_json["rescore_wall_s"] > 0
+        and "rescoring the 2 best networks on 4 validation episodes" in log.getvalue()
+    )
