@@ -136,6 +136,11 @@ def validate(net: ColocNet, config: TrainConfig, episodes: int, iteration: int) 
     )
 
 
+def ranking(score: ValidationScore) -> tuple[float, int]:
+    """The order of networks, best first: the higher score, then the earlier network."""
+    return (-score.reward_per_interval, score.iteration)
+
+
 @dataclass
 class Selection:
     """The scores of a run's networks so far and the best one (persisted in `OUT/selection.json`,
@@ -176,7 +181,7 @@ class Selection:
         """The `k` highest scores, best first (the earlier network among equals), of the
         iterations in `among` (all when None)."""
         pool = [s for s in self.scores if among is None or s.iteration in among]
-        return sorted(pool, key=lambda s: (-s.reward_per_interval, s.iteration))[:k]
+        return sorted(pool, key=ranking)[:k]
 
     def add(self, score: ValidationScore) -> bool:
         """Record `score`; True when it is the new best."""
@@ -334,7 +339,7 @@ def rescore(
         scores.append(again)
         log(f"  {describe(again)} (ranked {rank} on {selection.episodes} episodes)")
     selection.rescored = scores
-    best = min(scores, key=lambda s: (-s.reward_per_interval, s.iteration), default=None)
+    best = min(scores, key=ranking, default=None)
     mean = None
     if averaging:
         average_policies([kept[i] for i in selection.averaged], out / POLICY_FILE)
