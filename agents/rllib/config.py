@@ -331,18 +331,13 @@ class SelectionConfig:
     def __post_init__(self) -> None:
         if self.episodes < 0:
             raise ConfigError(f"selection.episodes must be >= 0, got {self.episodes}")
-        if self.average_best < 1:
-            raise ConfigError(f"selection.average_best must be >= 1, got {self.average_best}")
-        if self.average_best > 1 and self.episodes == 0:
-            raise ConfigError(
-                "selection.average_best > 1 needs validation scores to rank the networks (selection.episodes > 0)"
-            )
-        if self.rescore_best < 1:
-            raise ConfigError(f"selection.rescore_best must be >= 1, got {self.rescore_best}")
-        if self.rescore_best > 1 and self.episodes == 0:
-            raise ConfigError(
-                "selection.rescore_best > 1 needs validation scores to rank the networks (selection.episodes > 0)"
-            )
+        for name, k in (("average_best", self.average_best), ("rescore_best", self.rescore_best)):
+            if k < 1:
+                raise ConfigError(f"selection.{name} must be >= 1, got {k}")
+            if k > 1 and self.episodes == 0:
+                raise ConfigError(
+                    f"selection.{name} > 1 needs validation scores to rank the networks (selection.episodes > 0)"
+                )
         if self.rescore_best > 1 and self.rescore_episodes <= self.episodes:
             raise ConfigError(
                 f"selection.rescore_best > 1 rescores the best networks on more episodes than they were ranked on: "

@@ -296,6 +296,7 @@ def select(config: TrainConfig, out: Path, iteration: int, selection: Selection)
     is_best = selection.add(score)
     k = config.selection.average_best
     keep = max(k, config.selection.rescore_best)
+    top: dict[int, Path] = {}  # the networks the policy averages
     if keep > 1:
         atomic_write_bytes(network_file(out, iteration), (out / LAST_POLICY_FILE).read_bytes())
         top = dict(list(keep_best(out, selection, keep).items())[:k])
@@ -339,20 +340,19 @@ def rescore(
         scores.append(again)
         log(f"  {describe(again)} (ranked {rank} on {selection.episodes} episodes)")
     selection.rescored = scores
-    best = min(scores, key=ranking, default=None)
+    best = min(scores, key=ranking)  # `top` is not empty: at most one other candidate, the mean
     mean = None
+    averaged = ", ".join(map(str, selection.averaged))
     if averaging:
         average_policies([kept[i] for i in selection.averaged], out / POLICY_FILE)
         mean = validate(
             load_policy(out / POLICY_FILE).net, config, n, max(selection.averaged)
         ).reward_per_interval
-        log(
-            f"  the mean of iterations {', '.join(map(str, selection.averaged))} scores {mean:.3f} per interval"
-        )
+        log(f"  the mean of iterations {averaged} scores {mean:.3f} per interval")
     selection.rescored_mean = mean
-    if best is None or (mean is not None and mean >= best.reward_per_interval):
+    if mean is not None and mean >= best.reward_per_interval:
         selection.chosen = None
-        log(f"the policy: the mean of iterations {', '.join(map(str, selection.averaged))}")
+        log(f"the policy: the mean of iterations {averaged}")
     else:
         atomic_write_bytes(out / POLICY_FILE, kept[best.iteration].read_bytes())
         selection.chosen = best.iteration
