@@ -15,6 +15,7 @@ scenarios, as `evaluate.py compare` does.
   train.py --config full --out runs/full --ray-address 10.0.0.1:6379 --num-env-runners 30
 
 Ctrl-C (or SIGTERM) saves a checkpoint of the last finished iteration; --resume continues from it.
+During the warm start it stops the teacher's episode processes at once (no checkpoint yet).
 
 Output (--out DIR): config.yaml (the resolved config), progress.jsonl, tb/ (TensorBoard: train/,
 qos/, be/, selection/), checkpoints/iter_NNNNNN/ and checkpoints.sha256 (their files' SHA-256: a

@@ -192,6 +192,28 @@ def plan_run(config: TrainConfig, options: RunOptions) -> RunPlan:
     return RunPlan(config, dataclasses.replace(options), res, resume, in_place)
 
 
+PROGRESS_EVERY_S = 60.0  # the warm start's episode count, at most once a minute (and at the end)
+
+
+def episode_progress(
+    log: Callable[[str], None], what: str, every_s: float = PROGRESS_EVERY_S
+) -> Callable[[int, int], None]:
+    """A `progress(done, total)` for `collect_demonstrations` that logs "warm start: 37/100 episodes
+    of WHAT (4m12s)" at most once every `every_s` and when the last episode is done (the first
+    round of `full.yaml` runs for 10-15 minutes here)."""
+    t0 = time.perf_counter()
+    last = t0
+
+    def progress(done: int, total: int) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        if done == total or now - last >= every_s:
+            last = now
+            log(f"warm start: {done}/{total} episodes of {what} ({fmt_duration(now - t0)})")
+
+    return progress
+
+
 def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None], started: float) -> Demonstrations:
     """Imitate `warm_start.teacher`, then start RL from that network (agents.rllib.imitation).
 
@@ -213,7 +235,15 @@ def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None], start
     make_teacher = factory_of(warm.teacher)
     first = 10_000 + config.seed  # the episodes' seeds: DAgger replays them (`dagger_episodes: same`)
     with EpisodeRunner(warm.workers) as runner:  # its processes keep the teacher's caches between rounds
-        demos = collect_demonstrations(config, warm, config.ppo.gamma, first, make_teacher, runner=runner)
+        demos = collect_demonstrations(
+            config,
+            warm,
+            config.ppo.gamma,
+            first,
+            make_teacher,
+            runner=runner,
+            progress=episode_progress(log, "the first round"),
+        )
         torch.manual_seed(config.seed)
         net = net_from_module_state(config.net_spec(), module_state(algo))
         net.train()
@@ -241,6 +271,7 @@ def warm_start(algo: Any, config: TrainConfig, log: Callable[[str], None], start
                 net,
                 warm.dagger_student_frac,
                 runner=runner,
+                progress=episode_progress(log, f"DAgger round {r}"),
             )
             stats = pretrain(net, demos, warm, seed=config.seed + r)
     set_module_weights(algo, net)

@@ -50,8 +50,12 @@ kickstarting).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
+import os
+import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -207,23 +211,50 @@ class EpisodeRunner:
     process k mod workers) left one of two processes idle for more than half of the first round on
     `configs/train/full.yaml`. Where a task runs does not change what it returns (episodes are
     independent). A task that raises stops the dispatch; its error is raised here. With one worker
-    the tasks run here, in this process, whose caches last as long. A context manager."""
+    the tasks run here, in this process, whose caches last as long. A context manager: left
+    normally it lets the processes finish; left by an exception (Ctrl-C, SIGTERM, a failed episode)
+    it kills them at once, since an episode in progress can run for minutes (the Oracle's plans
+    beside MongoDB) and its labels are no longer wanted. The processes also die with this one
+    (`_die_with_parent`), so a driver killed outright leaves none behind."""
 
     def __init__(self, workers: int) -> None:
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: the driver runs Ray's threads
         n = workers if workers > 1 else 0
-        self._pools = [ProcessPoolExecutor(max_workers=1, mp_context=ctx) for _ in range(n)]
+        self._pools = [
+            ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_die_with_parent) for _ in range(n)
+        ]
+        self._pids = [pool.submit(os.getpid) for pool in self._pools]  # each pool's one process
         self._home: dict[int, int] = {}  # key -> the pool that ran it first
 
-    def run(self, fn: Callable[[T], R], tasks: Sequence[T], keys: Sequence[int]) -> list[R]:
+    def run(
+        self,
+        fn: Callable[[T], R],
+        tasks: Sequence[T],
+        keys: Sequence[int],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[R]:
         """`fn(task)` for every task, results in task order; `fn` must pickle (a module-level
-        function)."""
+        function). `progress(done, total)` is called here, in the caller's thread, each time more
+        tasks have finished (a first round of `configs/train/full.yaml` runs for 10-15 minutes)."""
         if len(tasks) != len(keys):
             raise ValueError(f"{len(tasks)} tasks but {len(keys)} keys")
         if not self._pools:
-            return [fn(t) for t in tasks]
+            out = []
+            for t in tasks:
+                out.append(fn(t))
+                if progress is not None:
+                    progress(len(out), len(tasks))
+            return out
         futures: dict[int, Future[R]] = {}
         running: list[list[Future[R]]] = [[] for _ in self._pools]  # per pool: its unfinished tasks
+        reported = 0
+
+        def report() -> None:
+            nonlocal reported
+            done = sum(f.done() for f in futures.values())
+            if progress is not None and done > reported:
+                reported = done
+                progress(done, len(tasks))
 
         def submit(i: int, pool: int) -> None:
             self._home.setdefault(keys[i], pool)
@@ -248,18 +279,48 @@ class EpisodeRunner:
         for i in new:  # one at a time, to the first pool with nothing left to run
             while not (free := free_pools()):
                 wait([f for q in running for f in q], return_when=FIRST_COMPLETED)
+                report()
             submit(i, free[0])
+        pending = set(futures.values())
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                if (err := f.exception()) is not None:
+                    raise err
+            report()
         return [futures[i].result() for i in range(len(tasks))]
 
-    def close(self) -> None:
-        for pool in self._pools:
-            pool.shutdown(cancel_futures=True)
+    def close(self, kill: bool = False) -> None:
+        """Shut the processes down once their tasks are done; with `kill`, now (SIGKILL)."""
+        for pool, pid in zip(self._pools, self._pids, strict=True):
+            if kill:
+                if pid.done() and pid.exception() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid.result(), signal.SIGKILL)
+                pool.shutdown(wait=False, cancel_futures=True)
+            else:
+                pool.shutdown(cancel_futures=True)
 
     def __enter__(self) -> EpisodeRunner:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.close(kill=exc_type is not None)
+
+
+def _die_with_parent() -> None:
+    """A worker process's initializer: on Linux the kernel sends it SIGKILL when the process that
+    started it dies (prctl PR_SET_PDEATHSIG), so a driver killed mid-round (a second Ctrl-C,
+    SIGKILL, the OOM killer) leaves no process running the teacher's episodes, which would
+    otherwise block forever on its task queue once done."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent died before prctl: reparented already
+        os._exit(1)
 
 
 def collect_demonstrations(
@@ -271,6 +332,7 @@ def collect_demonstrations(
     student: ColocNet | None = None,
     student_frac: float = 0.0,
     runner: EpisodeRunner | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Demonstrations:
     """The teacher's labels on `warm.episodes` training episodes (module docstring): driven by the
     teacher, or, with a `student`, by the student's greedy action with probability `student_frac`
@@ -278,7 +340,8 @@ def collect_demonstrations(
     simulated node (the caller binds the spec, e.g. `warm.teacher` through the controller registry;
     it must pickle when `warm.workers` > 1). Episodes are independent (episode k: seed + k, its
     own coin for the student), so `warm.workers` processes give the same labels as one. `runner`
-    keeps the processes (and their caches) for later rounds; without one they last this call."""
+    keeps the processes (and their caches) for later rounds; without one they last this call.
+    `progress(episodes done, episodes)` as they finish (`EpisodeRunner.run`)."""
     student_state = None if student is None else (student.spec, student.state_dict())
     tasks = [
         (config, gamma, seed, ep, make_teacher, student_state, student_frac, warm.labels == "options")
@@ -287,9 +350,9 @@ def collect_demonstrations(
     episodes = list(range(warm.episodes))
     if runner is None:
         with EpisodeRunner(warm.workers) as own:
-            parts = own.run(_episode, tasks, episodes)
+            parts = own.run(_episode, tasks, episodes, progress)
     else:
-        parts = runner.run(_episode, tasks, episodes)
+        parts = runner.run(_episode, tasks, episodes, progress)
     return Demonstrations(
         np.concatenate([p[0] for p in parts]).astype(np.float32),
         np.concatenate([p[1] for p in parts]).astype(np.float32),

@@ -773,6 +773,48 @@ def test_the_episode_runner_keeps_each_episode_in_its_own_process_across_rounds(
         assert here.run(_pid, range(3), range(3)) == [os.getpid()] * 3  # one worker: this process
 
 
+def test_the_episode_runner_reports_its_progress_in_the_callers_thread():
+    import threading
+
+    from agents.rllib.imitation import EpisodeRunner
+
+    for workers in (1, 2):
+        calls: list[tuple[int, int, bool]] = []
+
+        def progress(done: int, total: int, calls: list[tuple[int, int, bool]] = calls) -> None:
+            calls.append((done, total, threading.current_thread() is threading.main_thread()))
+
+        with EpisodeRunner(workers) as runner:
+            assert len(runner.run(_pid, range(7), range(7), progress)) == 7
+            first = len(calls)
+            runner.run(_pid, range(7), range(7), progress)  # a second round: every episode has a home
+        for round_calls in (calls[:first], calls[first:]):
+            done = [d for d, _, _ in round_calls]
+            assert done == sorted(set(done)) and done[-1] == 7 and done[0] >= 1  # rising, to the end
+            assert all(total == 7 and main for _, total, main in round_calls)
+        if workers == 1:
+            assert [d for d, _, _ in calls[:first]] == list(range(1, 8))  # one call per episode here
+
+
+def test_the_warm_starts_progress_lines_are_at_most_one_a_minute_and_the_last():
+    from harness.training import episode_progress
+
+    lines: list[str] = []
+    progress = episode_progress(lines.append, "DAgger round 1", every_s=3600.0)
+    for done in range(1, 101):
+        progress(done, 100)
+    assert len(lines) == 1 and lines[0].startswith("warm start: 100/100 episodes of DAgger round 1 (")
+    lines.clear()
+    every = episode_progress(lines.append, "the first round", every_s=0.0)
+    for done in (3, 5, 9):
+        every(done, 9)
+    assert [line.rsplit(" (", 1)[0] for line in lines] == [
+        "warm start: 3/9 episodes of the first round",
+        "warm start: 5/9 episodes of the first round",
+        "warm start: 9/9 episodes of the first round",
+    ]
+
+
 def _long_or_short(task: tuple[str, int, int]) -> int:
     """Task 0 is long: it waits (at most 60 s) until the `n` others have each written a line to
     `path`, and returns how many it saw; the others write their line at once."""
@@ -818,6 +860,77 @@ def test_an_episode_that_fails_fails_the_run():
             runner.run(_fails_on_two, range(8), range(8))
         with EpisodeRunner(workers) as runner, pytest.raises(ValueError, match="2 tasks but 3 keys"):
             runner.run(_fails_on_two, range(2), range(3))
+
+
+def _fails_or_sleeps(task: tuple[str, int]) -> int:
+    """Task 0 fails at once; any other writes its process id to `path` and sleeps a minute."""
+    path, index = task
+    if index == 0:
+        time.sleep(0.5)  # the other task has started by then
+        raise ValueError("episode 0 failed")
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(60.0)
+    return index
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone(pids: list[int], within_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(_alive(p) for p in pids)
+
+
+def test_leaving_the_episode_runner_by_an_exception_kills_the_episodes_in_progress(tmp_path: Path):
+    from agents.rllib.imitation import EpisodeRunner
+
+    path = tmp_path / "pid"
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="episode 0 failed"), EpisodeRunner(2) as runner:
+        runner.run(_fails_or_sleeps, [(str(path), 0), (str(path), 1)], [0, 1])
+    assert time.monotonic() - t0 < 45.0  # it did not wait for the minute-long episode
+    assert _gone([int(path.read_text())])
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_the_episode_runners_processes_die_with_the_driver(tmp_path: Path):
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time\n"
+        "from agents.rllib.imitation import EpisodeRunner\n"
+        "if __name__ == '__main__':\n"
+        "    with EpisodeRunner(2) as runner:\n"
+        "        runner.run(time.sleep, [60.0, 60.0], [0, 1])\n"
+    )
+    driver = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2])
+    try:
+        deadline = time.monotonic() + 60.0
+        workers: list[int] = []
+        while len(workers) < 2 and time.monotonic() < deadline:  # its two pools' processes (and a tracker)
+            time.sleep(0.2)
+            workers = [
+                int(d.name)
+                for d in Path("/proc").iterdir()
+                if d.name.isdigit()
+                and _alive(int(d.name))
+                and f"PPid:\t{driver.pid}\n" in (d / "status").read_text()
+                and "spawn_main" in (d / "cmdline").read_text()
+            ]
+        assert len(workers) >= 2
+    finally:
+        driver.send_signal(signal.SIGKILL)  # no `with` exit, no shutdown: killed outright
+        driver.wait()
+    assert _gone(workers)
 
 
 def test_a_dagger_round_on_the_same_episodes_replays_the_teachers_mixes_and_traces():
