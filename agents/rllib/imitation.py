@@ -281,12 +281,8 @@ class EpisodeRunner:
                 wait([f for q in running for f in q], return_when=FIRST_COMPLETED)
                 report()
             submit(i, free[0])
-        pending = set(futures.values())
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in finished:
-                if (err := f.exception()) is not None:
-                    raise err
+        while len(free_pools()) < len(self._pools):  # the last tasks (free_pools raises a failure)
+            wait([f for q in running for f in q], return_when=FIRST_COMPLETED)
             report()
         return [futures[i].result() for i in range(len(tasks))]
 
