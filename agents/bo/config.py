@@ -32,7 +32,9 @@ class BoConfig:
     resources: tuple[ResourceName, ...] = ("core", "cache", "freq", "mem", "disk")
     # one sample = apply, settle, measure (seconds of observation time)
     settle_s: float = 1.0
-    max_settle_s: float = 10.0  # settling goes on past settle_s while an LC app drains a backlog
+    # settling goes on past settle_s while an LC app drains a backlog (unless another misses by
+    # more than exp(abort_settle_log) without one: agents.bo.controller, choice 9)
+    max_settle_s: float = 10.0
     drain_tolerance_frac: float = 0.01  # draining: served > offered x (1 + this)
     measure_s: float = 3.0
     # a sample ends at its first measured interval that misses a target: its verdict is known
@@ -52,6 +54,10 @@ class BoConfig:
     # memory floors: no party gets less than its largest resident memory seen x (1 + this), since
     # a memory cut swaps an app out and its pages fault back in at disk speed (minutes on an HDD)
     memory_headroom_frac: float = 0.1
+    # capacity floors: no candidate gives an LC app fewer cores than its CPU demand (offered load x
+    # the least CPU time per request measured, at the candidate's frequency) / core_floor_util:
+    # 1.0 = cores that can at least do the work; 0 = off (agents.bo.controller, choice 14)
+    core_floor_util: float = 0.0
     # candidate set for the acquisition optimiser
     random_candidates: int = 512
     dirichlet_alpha: float = 1.0  # 1 = uniform over each resource's simplex of shares
@@ -133,6 +139,8 @@ class BoConfig:
             raise ConfigError("bo.measure_s must be > 0")
         if self.max_settle_s < self.settle_s:
             raise ConfigError("bo.max_settle_s must be >= settle_s")
+        if not 0 <= self.core_floor_util <= 1:
+            raise ConfigError("bo.core_floor_util must be in [0, 1] (0 = no capacity floors)")
         if self.drain_tolerance_frac < 0 or self.memory_headroom_frac < 0:
             raise ConfigError("bo.drain_tolerance_frac and bo.memory_headroom_frac must be >= 0")
         if self.max_samples < 1 or self.max_samples_without_qos < self.max_samples:

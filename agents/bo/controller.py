@@ -79,8 +79,14 @@ Choices where CLITE differs or is silent (each also in `BoConfig`):
 9. Early verdicts (`abort_on_miss`): a sample ends as soon as its verdict is known, since
    measuring on only prolongs the violation: some app already has more requests over its target
    than 1% of those the whole `measure_s` will bring at its rate so far (with the interval
-   verdict: the first measured interval that misses a target). After a QoS-meeting allocation a settling interval with p99 above exp(
-   `abort_settle_log`) x target ends the sample too (no backlog of an earlier miss to blame).
+   verdict: the first measured interval that misses a target). After a QoS-meeting allocation a
+   settling interval with p99 above exp(`abort_settle_log`) x target ends the sample too (no
+   backlog of an earlier miss to blame). Settling is extended while an app drains a backlog
+   (serves more than it is offered), but not while another app misses by that factor without
+   one: waiting will not change its verdict, so measuring (and its early verdict) starts. On
+   settle-mix5 a sample that left memcached at 84x its target had settled for the whole 10 s
+   of `max_settle_s` while another app drained; 40 seeds, both with capacity floors (choice 14):
+   the window met in 35 against 31 (README, "BO").
 10. Safe search. CLITE's constrained EI explores anywhere once QoS is met, and every miss costs
    violating intervals on a live node. Once the search has a QoS-meeting sample, only candidates
    whose modelled probability of meeting every target (including the measurement noise) is >=
@@ -108,6 +114,21 @@ Choices where CLITE differs or is silent (each also in `BoConfig`):
    noisy-incumbent practice does), the search repairs the app that misses on average. On the
    5-app settle-mix5, 10 seeds: a QoS-meeting sample in 10 of 10 searches (within 25 samples)
    against 9 of 10, the window met in 5 of 10 seeds against 1 (README, "BO").
+14. Capacity floors (`core_floor_util`). An app's headroom falls off a cliff where its cores
+   cannot do its work, and the GP's smooth model does not see the cliff before it has sampled
+   past it: on mix3-const the safe search gave NGINX 1 core (its 2 cores busy 1.9 at that load)
+   with P(QoS) 1.00, and the sample left it at 10-55x its target; a sample later it did so again
+   at another frequency. CLITE is silent. Like the memory floors (choice 7) the rule uses what the
+   node shows: each sample records each LC app's CPU time per request served (its cores' busy
+   core-seconds over the requests it served) and the frequency its cores achieved, and no
+   candidate gives an app fewer cores than its offered load x the least such time /
+   `core_floor_util`, the time scaled to the candidate's frequency only where that shortens it (a
+   faster clock shortens a request at best in proportion; a slower one never shortens it). At 1.0
+   the floor is the cores that can do the work at full utilisation, a necessary condition of
+   keeping up with the load, so the rule drops only allocations under which the app's queue grows
+   (up to the measurement: CPU time per request can fall with more LLC ways, so above every
+   sample's ways the least measured time may overstate it). mix3-const, 20 seeds: the window met in
+   20 of 20 against 16 (README, "BO").
 """
 
 from __future__ import annotations
@@ -167,6 +188,10 @@ class Sample:
     meets_qos: bool
     end_s: float
     load: tuple[float, ...] = ()  # each LC app's mean load_frac over the measured intervals
+    # each LC app's CPU time per request served (core-seconds) over the measured intervals, and the
+    # mean frequency its cores achieved (NaN: not measured); the capacity floors' basis (choice 14)
+    cpu_s_per_request: tuple[float, ...] = ()
+    freq_mhz: tuple[float, ...] = ()
 
     @property
     def worst_headroom(self) -> float:
@@ -182,7 +207,22 @@ class _Window:
     loads: list[list[float]] = field(default_factory=list)
     hists: list[list[LatencyHistogram | None]] = field(default_factory=list)  # per interval, per app
     targets_us: list[float] = field(default_factory=list)  # per app
+    cpu_s: list[list[float]] = field(default_factory=list)  # per interval, per app: busy core-seconds
+    served: list[list[float]] = field(default_factory=list)  # per interval, per app: requests served
+    freq_mhz: list[list[float]] = field(default_factory=list)  # per interval, per app: achieved
     seconds: float = 0.0
+
+    def cpu_per_request(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Per app: busy core-seconds per request served over the window, and the mean achieved
+        frequency (NaN where the app served nothing or reported no usage)."""
+        if not self.cpu_s:
+            return (), ()
+        cpu, served, freq = (np.array(v, dtype=float) for v in (self.cpu_s, self.served, self.freq_mhz))
+        n = served.sum(axis=0)  # an interval without usable usage counts no request
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_req = np.where(n > 0, np.nansum(cpu, axis=0) / np.where(n > 0, n, 1.0), np.nan)
+            mhz = np.array([np.nanmean(c) if np.isfinite(c).any() else np.nan for c in freq.T])
+        return tuple(float(v) for v in per_req), tuple(float(v) for v in mhz)
 
     def merged(self) -> list[LatencyHistogram] | None:
         """Each app's requests over the window, or None when an interval had no histogram."""
@@ -326,6 +366,7 @@ class BoController(BaseController):
         self._hold_log: list[Observation] = []
         self._last_t: float | None = None
         self._load_ewma: dict[str, float] = {}
+        self._rps_ewma: dict[str, float] = {}  # offered requests per second, smoothed alike
         self._load_ref: dict[str, float] | None = None
         self._shift_count = 0
         self._stop_early = False
@@ -381,16 +422,22 @@ class BoController(BaseController):
         if trial.in_force_s is None:
             trial.in_force_s = t - dt  # this interval already ran under the target
         start = t - dt
+        severe = self.cfg.abort_settle_log > 0 and not trial.window.be
         if (
-            self.cfg.abort_settle_log > 0
+            severe
             and trial.from_qos
-            and not trial.window.be
             and start < trial.in_force_s + self.cfg.settle_s - _EPS_S
             and self._severe_miss(obs)
         ):
             self._measure(trial.window, obs)  # a severe miss while settling: the verdict is known
         elif start >= trial.in_force_s + self.cfg.settle_s - _EPS_S:
-            draining = not trial.window.be and _draining(obs, self.cfg.drain_tolerance_frac)
+            # settling goes on while an app drains a backlog, but not while another misses by more
+            # than exp(abort_settle_log) without one: waiting will not change that app's verdict
+            draining = (
+                not trial.window.be
+                and _draining(obs, self.cfg.drain_tolerance_frac)
+                and not (severe and self._severe_miss(obs, undrained_only=True))
+            )
             if not draining or start >= trial.in_force_s + self.cfg.max_settle_s - _EPS_S:
                 self._measure(trial.window, obs)
         missed = self.cfg.abort_on_miss and self._verdict_known(trial.window)
@@ -415,13 +462,15 @@ class BoController(BaseController):
             return self._enter_hold(obs, f"{note}; search done after {len(self._cur)} samples")
         return self._next_trial(obs, note)
 
-    def _severe_miss(self, obs: Observation) -> bool:
-        """Some LC app's p99 is over its target by more than a factor exp(abort_settle_log)."""
+    def _severe_miss(self, obs: Observation, undrained_only: bool = False) -> bool:
+        """Some LC app's p99 is over its target by more than a factor exp(abort_settle_log) (with
+        `undrained_only`, an app that is not working off a backlog, `_app_draining`)."""
         return any(
             s.target_us > 0
             and math.isfinite(s.p99_us)
             and s.p99_us > 0
             and math.log(s.target_us / s.p99_us) < -self.cfg.abort_settle_log
+            and not (undrained_only and _app_draining(s, self.cfg.drain_tolerance_frac))
             for s in obs.apps
         )
 
@@ -431,6 +480,7 @@ class BoController(BaseController):
         assert space is not None
         clip = self.cfg.log_ratio_clip
         ratios, loads, hists, targets = [], [], [], []
+        cpu, served, freq = [], [], []
         for name in space.lc:
             s = _sample_of(obs, name)
             if s is None or not (s.p99_us > 0 and math.isfinite(s.p99_us)) or not s.target_us > 0:
@@ -439,6 +489,14 @@ class BoController(BaseController):
             loads.append(s.load_frac if math.isfinite(s.load_frac) else self._load_ewma.get(name, 0.0))
             hists.append(s.histogram)
             targets.append(s.target_us)
+            cores = obs.allocation[name].cores
+            usable = math.isfinite(s.usage.cpu_util) and math.isfinite(s.served_rps) and s.usage.freq_mhz > 0
+            cpu.append(s.usage.cpu_util * cores * obs.interval_s if usable else math.nan)
+            served.append(s.served_rps * obs.interval_s if usable else 0.0)
+            freq.append(s.usage.freq_mhz if usable else math.nan)
+        window.cpu_s.append(cpu)
+        window.served.append(served)
+        window.freq_mhz.append(freq)
         window.be.append(obs.be_throughput)
         window.ratios.append(ratios)
         window.loads.append(loads)
@@ -482,6 +540,7 @@ class BoController(BaseController):
             r = np.array(window.ratios)
             sd = r.std(axis=0, ddof=1) if len(r) > 1 else np.zeros(r.shape[1])
             head = tuple(float(v) for v in np.minimum(r.min(axis=0), r.mean(axis=0) - self.cfg.qos_z * sd))
+        cpu_per_request, freq_mhz = window.cpu_per_request()
         sample = Sample(
             search=self._search,
             index=len(self._cur) + 1,
@@ -493,6 +552,8 @@ class BoController(BaseController):
             meets_qos=all(v >= self.cfg.qos_margin_log for v in head),
             end_s=t,
             load=tuple(float(v) for v in np.mean(window.loads, axis=0)),
+            cpu_s_per_request=cpu_per_request,
+            freq_mhz=freq_mhz,
         )
         self._cur.append(sample)
         self._all.append(sample)
@@ -676,12 +737,55 @@ class BoController(BaseController):
         return self._unseen(cands)
 
     def _allowed(self, cands: Candidates) -> Candidates:
-        """`cands` less those a failed recheck rules out (`_ruled_out_by_rechecks`)."""
+        """`cands` less those a failed recheck rules out (`_ruled_out_by_rechecks`) and those that
+        give some LC app fewer cores than its CPU demand (`_within_capacity`)."""
         space = self._space
         assert space is not None
         if not len(cands):
             return cands
-        return cands.take(np.nonzero(~self._ruled_out_by_rechecks(space.encode(cands)))[0])
+        keep = ~self._ruled_out_by_rechecks(space.encode(cands)) & self._within_capacity(cands)
+        return cands.take(np.nonzero(keep)[0])
+
+    def _within_capacity(self, cands: Candidates) -> np.ndarray:
+        """Which candidates give every LC app cores for at least its CPU demand / `core_floor_util`
+        (module docstring, choice 14). An app's demand at a candidate's frequency f is its offered
+        load (smoothed requests per second) x a lower bound on its CPU time per request there: the
+        least over the measured samples of (core-seconds per request served) x min(1, f_sample /
+        f): a faster clock at best shortens a request in proportion, a slower one never shortens
+        it. So a candidate is dropped only where the app's cores cannot do its work at any
+        utilisation up to the cap. All true with the rule off, without searched cores, or before an
+        app has been measured."""
+        space = self._space
+        assert space is not None
+        ok = np.ones(len(cands), dtype=bool)
+        util = self.cfg.core_floor_util
+        if util <= 0 or Resource.CORE not in space.pooled or not len(cands):
+            return ok
+        j = space.pooled.index(Resource.CORE)
+        mhz = np.asarray(space.levels_mhz, dtype=float)
+        for p, name in enumerate(space.lc):
+            meas = np.array(
+                [
+                    (s.cpu_s_per_request[p], s.freq_mhz[p])
+                    for s in self._training_samples()
+                    if len(s.cpu_s_per_request) > p
+                    and math.isfinite(s.cpu_s_per_request[p])
+                    and math.isfinite(s.freq_mhz[p])
+                    and s.cpu_s_per_request[p] > 0
+                ]
+            ).reshape(-1, 2)
+            rps = self._rps_ewma.get(name, math.nan)
+            if not len(meas) or not rps > 0:
+                continue
+            f = (
+                mhz[cands.levels[:, p]]
+                if space.search_freq
+                else np.full(len(cands), float(space.template[name].freq_mhz))
+            )
+            per_req = (meas[None, :, 0] * np.minimum(1.0, meas[None, :, 1] / f[:, None])).min(axis=1)
+            cores = cands.units[:, p, j] * space.step[j]
+            ok &= cores >= per_req * rps / util - 1e-9
+        return ok
 
     def _unseen(self, cands: Candidates) -> Candidates:
         """`cands` minus the allocations this search has sampled."""
@@ -911,6 +1015,9 @@ class BoController(BaseController):
             if math.isfinite(s.load_frac):
                 prev = self._load_ewma.get(s.name)
                 self._load_ewma[s.name] = s.load_frac if prev is None else (1 - a) * prev + a * s.load_frac
+            if math.isfinite(s.load_rps):
+                prev = self._rps_ewma.get(s.name)
+                self._rps_ewma[s.name] = s.load_rps if prev is None else (1 - a) * prev + a * s.load_rps
         if self._load_ref is None:
             self._load_ref = dict(self._load_ewma)
             return False
@@ -966,11 +1073,15 @@ def _draining(obs: Observation, tolerance_frac: float) -> bool:
     """Some LC app is still working off a backlog: serving more than it is offered. (An overloaded
     app serves less than it is offered and drops requests; waiting would not change that, so it
     does not extend the settling.)"""
-    return any(
+    return any(_app_draining(s, tolerance_frac) for s in obs.apps)
+
+
+def _app_draining(s: AppSample, tolerance_frac: float) -> bool:
+    """This LC app serves more than it is offered, by more than `tolerance_frac`: a backlog."""
+    return (
         math.isfinite(s.served_rps)
         and math.isfinite(s.load_rps)
         and s.served_rps > s.load_rps * (1 + tolerance_frac)
-        for s in obs.apps
     )
 
 

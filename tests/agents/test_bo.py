@@ -276,7 +276,7 @@ class Feed:
         tard: float | dict = 0.5,
         be: float = 0.2,
         load: float = 0.3,
-        served: float = 1.0,
+        served: float | dict = 1.0,
         memory_gb: float = 2.0,
         step: bool = True,
     ) -> Observation:
@@ -293,7 +293,7 @@ class Feed:
                     a.qos_target_us,
                     rps,
                     load,
-                    served * rps,
+                    (served.get(a.name, 1.0) if isinstance(served, dict) else served) * rps,
                     0.0,
                     1000,
                     Usage(0.5, 1.0, 0.1, memory_gb, 0.0, 0.1, 2200.0),
@@ -377,6 +377,32 @@ def test_settling_waits_for_a_backlog_to_drain(parties_caps):
     assert ticks_to_first_sample([1.0]) == 4  # settle 1 s, measure 1 s
     assert ticks_to_first_sample([1.05]) == 6  # still draining: settling runs to max_settle_s = 2 s
     assert ticks_to_first_sample([1.05, 1.05, 1.05, 1.0]) == 5  # drained at [1.5, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("tard", "served", "settle_ticks"),
+    [
+        ({"xapian": 0.5}, {"memcached": 1.05}, 4),  # memcached drains, no one else misses: wait
+        ({"xapian": 2.5}, {"memcached": 1.05}, 2),  # xapian at 2.5x, no backlog of its own: measure
+        ({"xapian": 2.5}, {"memcached": 1.05, "xapian": 1.05}, 4),  # xapian drains too: wait
+        ({"xapian": 1.5}, {"memcached": 1.05}, 4),  # 1.5x < exp(abort_settle_log) = 2x: wait
+    ],
+)
+def test_settling_stops_waiting_for_a_backlog_when_another_app_misses_without_one(
+    parties_caps, tard, served, settle_ticks
+):
+    """Settling is extended while an app drains a backlog, but not while another app's p99 is
+    over exp(abort_settle_log) x its target and it serves no more than it is offered: waiting
+    will not change its verdict. The sample replaced fair, whose samples are not QoS-meeting
+    here, so the settling abort does not apply; measuring starts (and abort_on_miss ends it)."""
+    cfg = dataclasses.replace(SM, abort_settle_log=math.log(2.0), abort_on_miss=False)
+    fair = fair_allocation(parties_caps)
+    c, feed = _ctrl(parties_caps, cfg), Feed(parties_caps)
+    n = 0
+    while not c.samples:
+        c.decide(feed.obs(fair, tard=tard, served=served))
+        n += 1
+    assert n == settle_ticks + 2  # then 1 s of measuring
 
 
 def test_invalid_and_repeated_observations_are_not_measured(parties_caps):
@@ -625,6 +651,67 @@ def test_the_safe_search_stops_when_no_candidate_is_safe(parties_caps):
     assert c.phase is Phase.SEARCH and "next bo:log_cei" in d.reason
 
 
+def test_capacity_floors_drop_candidates_whose_cores_cannot_do_the_work(parties_caps):
+    """Choice 14: every LC app's cores busy half the time at fair (Feed: cpu_util 0.5 at 2.2
+    GHz, served = offered), so its CPU time per request is 0.5 x its fair cores / its offered rps,
+    the least over the probes (be_minimum's larger shares, busy half the time too, cost more per
+    request). A candidate is kept exactly when every app's cores are at least that time x its
+    offered load, scaled by 2.2 GHz / the candidate's frequency where that is below 1; and
+    nothing is dropped with the rule off or before a sample has been measured."""
+    cfg = dataclasses.replace(
+        SM,
+        resources=("core", "cache", "freq"),
+        core_floor_util=1.0,
+        max_samples=10,
+        max_samples_without_qos=10,
+    )
+    c, feed = _ctrl(parties_caps, cfg), Feed(parties_caps)
+    space = _space(parties_caps, cfg)
+    cands = space.random(400, np.random.default_rng(0))
+    assert c._within_capacity(cands).all()  # nothing measured yet
+    fair = fair_allocation(parties_caps)
+    _run_samples(c, feed, [(0.5, 0.2), (0.5, 0.0)])
+    assert len(c.samples) == 2
+    j = space.pooled.index(Resource.CORE)
+    mhz = np.asarray(space.levels_mhz, dtype=float)
+    want = np.ones(len(cands), dtype=bool)
+    for p, name in enumerate(space.lc):
+        demand_core_s = 0.5 * fair[name].cores  # per second at 2.2 GHz: busy cores at fair
+        scale = np.minimum(1.0, 2200.0 / mhz[cands.levels[:, p]])
+        want &= cands.units[:, p, j] * space.step[j] >= demand_core_s * scale - 1e-9
+    got = c._within_capacity(cands)
+    assert 0 < got.sum() < len(cands)  # the rule binds on some candidates, not all
+    assert np.array_equal(got, want)
+    off = _ctrl(parties_caps, dataclasses.replace(cfg, core_floor_util=0.0))
+    _run_samples(off, Feed(parties_caps), [(0.5, 0.2), (0.5, 0.0)])
+    assert off._within_capacity(cands).all()
+
+
+@pytest.mark.parametrize("seed", [10, 14])
+def test_capacity_floors_keep_the_search_off_an_apps_cliff(seed):
+    """mix3-const (memcached, xapian, NGINX at 20%), the seeds where the safe search, its GP
+    confident (P(QoS) 1.00), gave NGINX 1 core while its 2 cores were busy ~1.9, twice, and the
+    minute the referee judges missed (window p99 23x and 17x the target; as `evaluate.py compare`
+    runs seed k). With capacity floors (configs/agents/bo.yaml) no sample gives NGINX fewer than 2
+    cores and the window is met."""
+    from env.loop import run_episode
+    from env.metrics import window_tail
+    from env.sim.scenario import load_scenario
+
+    scn = load_scenario(CONFIGS / "scenarios" / "mix3-const.yaml")
+    on = load_bo_config()
+    assert on.core_floor_util == 1.0
+    outcome = {}
+    for name, cfg in (("on", on), ("off", dataclasses.replace(on, core_floor_util=0.0))):
+        ctrl = BoController(cfg)
+        records = run_episode(
+            SimNode(scn, seed=seed), ctrl, scn.duration_s, rng=np.random.default_rng([seed, 1])
+        )
+        nginx_cores = min(s.allocation["nginx"].cores for s in ctrl.samples)
+        outcome[name] = (nginx_cores, window_tail(records).sustained)
+    assert outcome == {"on": (2.0, True), "off": (1.0, False)}, outcome
+
+
 def test_repair_candidates_give_the_failing_app_more(parties_caps):
     """Before QoS is met, the trust region around the closest sample holds only moves that give
     every app that missed its target at least as much of everything and more of something."""
@@ -734,9 +821,9 @@ def _run_bo(scn, seed: int = 0) -> tuple[BoController, list[Observation]]:
 def test_meets_qos_within_a_few_samples_and_keeps_it_on_a_constant_3_app_mix():
     """PARTIES' strictest 3-app mix at 20% each (mix3-const, 90 s), seeds 0-3: the first sample
     that meets every target comes within 5 (CLITE's claim is 30); the run meets the referee's
-    window verdict (every app's p99 over the minute after the 30 s warm-up, PARTIES Sec. 5.1) in 3
-    of the 4 seeds although the search goes on inside it (seed 0's exploration overloads an app in
-    the minute, with either sample verdict); and in 3 of them the BE job gets more than the equal
+    window verdict (every app's p99 over the minute after the 30 s warm-up, PARTIES Sec. 5.1) in
+    every seed although the search goes on inside it (3 of 4 when the test was written: seed 0's
+    exploration overloaded an app in the minute); and in 3 of them the BE job gets more than the equal
     split's 0.14 (the search improved on it; seed 3's stops on the equal split after 3 samples, the
     expected improvement having dropped: CLITE's termination). Without the safe search (its trust region and P(QoS) filter) the
     exploration missed in 16-36% of the intervals after the first QoS-meeting sample (seeds 0-2)."""
@@ -754,7 +841,7 @@ def test_meets_qos_within_a_few_samples_and_keeps_it_on_a_constant_3_app_mix():
         wt = window_tail(records)
         assert wt.complete
         sustained.append(wt.sustained)
-    assert sum(sustained) >= 3 and sum(improved) >= 3, (sustained, improved)
+    assert all(sustained) and sum(improved) >= 3, (sustained, improved)
 
 
 def test_a_load_step_restarts_the_search_from_what_the_model_knows():
