@@ -489,11 +489,13 @@ class BoController(BaseController):
             loads.append(s.load_frac if math.isfinite(s.load_frac) else self._load_ewma.get(name, 0.0))
             hists.append(s.histogram)
             targets.append(s.target_us)
-            cores = obs.allocation[name].cores
-            usable = math.isfinite(s.usage.cpu_util) and math.isfinite(s.served_rps) and s.usage.freq_mhz > 0
-            cpu.append(s.usage.cpu_util * cores * obs.interval_s if usable else math.nan)
+            a = obs.allocation[name]
+            usable = math.isfinite(s.usage.cpu_util) and math.isfinite(s.served_rps)
+            cpu.append(s.usage.cpu_util * a.cores * obs.interval_s if usable else math.nan)
             served.append(s.served_rps * obs.interval_s if usable else 0.0)
-            freq.append(s.usage.freq_mhz if usable else math.nan)
+            # the frequency the cores achieved; a node without a frequency sensor: the one set
+            mhz = s.usage.freq_mhz if s.usage.freq_mhz > 0 else float(a.freq_mhz)
+            freq.append(mhz if usable else math.nan)
         window.cpu_s.append(cpu)
         window.served.append(served)
         window.freq_mhz.append(freq)

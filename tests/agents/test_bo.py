@@ -266,9 +266,10 @@ SM = BoConfig(
 class Feed:
     """Hand-built observations of `caps`' apps at 0.5 s intervals."""
 
-    def __init__(self, caps: Capabilities) -> None:
+    def __init__(self, caps: Capabilities, achieved_mhz: float = 2200.0) -> None:
         self.caps, self.t = caps, 0.0
         self.lc = caps.lc_apps
+        self.achieved_mhz = achieved_mhz  # what Usage reports (NaN: a node without a frequency sensor)
 
     def obs(
         self,
@@ -296,7 +297,7 @@ class Feed:
                     (served.get(a.name, 1.0) if isinstance(served, dict) else served) * rps,
                     0.0,
                     1000,
-                    Usage(0.5, 1.0, 0.1, memory_gb, 0.0, 0.1, 2200.0),
+                    Usage(0.5, 1.0, 0.1, memory_gb, 0.0, 0.1, self.achieved_mhz),
                 )
             )
         bes = tuple(
@@ -651,13 +652,15 @@ def test_the_safe_search_stops_when_no_candidate_is_safe(parties_caps):
     assert c.phase is Phase.SEARCH and "next bo:log_cei" in d.reason
 
 
-def test_capacity_floors_drop_candidates_whose_cores_cannot_do_the_work(parties_caps):
+@pytest.mark.parametrize("achieved_mhz", [2200.0, math.nan])
+def test_capacity_floors_drop_candidates_whose_cores_cannot_do_the_work(parties_caps, achieved_mhz):
     """Choice 14: every LC app's cores busy half the time at fair (Feed: cpu_util 0.5 at 2.2
     GHz, served = offered), so its CPU time per request is 0.5 x its fair cores / its offered rps,
     the least over the probes (be_minimum's larger shares, busy half the time too, cost more per
     request). A candidate is kept exactly when every app's cores are at least that time x its
     offered load, scaled by 2.2 GHz / the candidate's frequency where that is below 1; and
-    nothing is dropped with the rule off or before a sample has been measured."""
+    nothing is dropped with the rule off or before a sample has been measured. A node without a
+    frequency sensor (NaN) is read at the frequency set, fair's 2.2 GHz: the same floors."""
     cfg = dataclasses.replace(
         SM,
         resources=("core", "cache", "freq"),
@@ -665,7 +668,7 @@ def test_capacity_floors_drop_candidates_whose_cores_cannot_do_the_work(parties_
         max_samples=10,
         max_samples_without_qos=10,
     )
-    c, feed = _ctrl(parties_caps, cfg), Feed(parties_caps)
+    c, feed = _ctrl(parties_caps, cfg), Feed(parties_caps, achieved_mhz)
     space = _space(parties_caps, cfg)
     cands = space.random(400, np.random.default_rng(0))
     assert c._within_capacity(cands).all()  # nothing measured yet
