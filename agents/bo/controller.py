@@ -1010,16 +1010,15 @@ class BoController(BaseController):
 
     # ---- restarts ------------------------------------------------------------------------------
     def _load_shifted(self, obs: Observation) -> bool:
-        """Update each app's smoothed load; true once it has been off the search's reference for
+        """Update each app's smoothed load (load_frac, and requests per second for the capacity
+        floors); true once the load_frac has been off the search's reference for
         `load_shift_intervals` consecutive intervals (module docstring, choice 5)."""
         a = self.cfg.load_ewma_alpha
         for s in obs.apps:
-            if math.isfinite(s.load_frac):
-                prev = self._load_ewma.get(s.name)
-                self._load_ewma[s.name] = s.load_frac if prev is None else (1 - a) * prev + a * s.load_frac
-            if math.isfinite(s.load_rps):
-                prev = self._rps_ewma.get(s.name)
-                self._rps_ewma[s.name] = s.load_rps if prev is None else (1 - a) * prev + a * s.load_rps
+            for smoothed, x in ((self._load_ewma, s.load_frac), (self._rps_ewma, s.load_rps)):
+                if math.isfinite(x):
+                    prev = smoothed.get(s.name)
+                    smoothed[s.name] = x if prev is None else (1 - a) * prev + a * x
         if self._load_ref is None:
             self._load_ref = dict(self._load_ewma)
             return False
