@@ -58,6 +58,13 @@ class BoConfig:
     # the least CPU time per request measured, at the candidate's frequency) / core_floor_util:
     # 1.0 = cores that can at least do the work; 0 = off (agents.bo.controller, choice 14)
     core_floor_util: float = 0.0
+    # a failed recheck rules out allocations giving the failing app no more of anything (choice 8);
+    # True: more memory or disk bandwidth counts only where the app used >= env.moves.PRESSURE_FRAC
+    # of that limit in the failing window (PARTIES Sec. 4.2.3: storage helps only an app near its limit)
+    storage_pressure_only: bool = False
+    # trust-region centres tried in rank order when every candidate around the best sample is ruled
+    # out (failed rechecks, capacity floors), before random points from the whole space
+    local_centres: int = 1
     # candidate set for the acquisition optimiser
     random_candidates: int = 512
     dirichlet_alpha: float = 1.0  # 1 = uniform over each resource's simplex of shares
@@ -147,6 +154,10 @@ class BoConfig:
             raise ConfigError("bo: need 1 <= max_samples <= max_samples_without_qos")
         if self.random_candidates < 0 or self.neighbour_centres < 0:
             raise ConfigError("bo.random_candidates and bo.neighbour_centres must be >= 0")
+        if self.local_centres < 1:
+            raise ConfigError(
+                "bo.local_centres must be >= 1 (the best sample's region is always tried first)"
+            )
         if self.dirichlet_alpha <= 0 or self.bundle_concentration <= 0:
             raise ConfigError("bo.dirichlet_alpha and bo.bundle_concentration must be > 0")
         if not 0 <= self.bundled_fraction <= 1:

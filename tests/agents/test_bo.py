@@ -70,6 +70,9 @@ def test_default_config_loads_strictly(tmp_path):
     bad.write_text("resources: [core, gpu]\n")
     with pytest.raises(ConfigError, match="resources"):
         load_bo_config(bad)
+    bad.write_text("local_centres: 0\n")
+    with pytest.raises(ConfigError, match="local_centres"):
+        load_bo_config(bad)
     with pytest.raises(ConfigError, match="no such file"):
         load_bo_config(tmp_path / "missing.yaml")
     assert load_bo_config("bo") == cfg  # by name, from configs/agents/
@@ -524,6 +527,49 @@ def test_a_fallback_must_give_the_app_that_failed_more(parties_caps, failing, fa
             assert a["nginx"].cores > was.cores or a["nginx"].llc_ways > was.llc_ways
 
 
+@pytest.mark.parametrize(
+    ("pressure_only", "used_frac", "ruled_out"),
+    [(True, 0.2, True), (True, 1.0, False), (True, math.nan, False), (False, 0.2, False)],
+)
+def test_more_memory_counts_after_a_failed_recheck_only_where_the_app_used_its_limit(
+    parties_caps, pressure_only, used_frac, ruled_out
+):
+    """Held fair fails its recheck on nginx, which used `used_frac` of its memory limit. An
+    allocation that gives nginx fair's cores and ways and one more memory step is ruled out, as
+    fair itself is, when more memory could not have helped: nginx used under
+    env.moves.PRESSURE_FRAC of its limit (`storage_pressure_only`, choice 8). On settle-mix5 a
+    search escaped the rule by offering Sphinx 1 GB more beside the cores under which it had failed.
+    A node that reports no memory use (NaN) gives no evidence of slack: more memory still counts."""
+    cfg = dataclasses.replace(
+        SM, resources=("core", "cache", "mem"), max_samples=3, storage_pressure_only=pressure_only
+    )
+    c, feed = _ctrl(parties_caps, cfg), Feed(parties_caps)
+    fair = fair_allocation(parties_caps)
+    limit_gb = fair["nginx"].memory_gb
+    current = fair
+    for tard, be in [(0.5, 0.2), (0.5, 0.1), (1.5, 0.9)]:  # fair is held (as in the test above)
+        n = len(c.samples)
+        while len(c.samples) == n:
+            d = c.decide(feed.obs(current, tard=tard, be=be, memory_gb=0.2 * limit_gb))
+            current = d.allocation or current
+    assert c.held is c.samples[0] and current == fair
+    for _ in range(2):
+        c.decide(feed.obs(current, tard={"nginx": 1.3}, memory_gb=used_frac * limit_gb))
+    recheck = c.samples[-1]
+    assert recheck.label == "recheck:held" and not recheck.meets_qos
+    nginx = list(c.caps.lc_apps).index(next(a for a in c.caps.lc_apps if a.name == "nginx"))
+    assert recheck.storage_use[nginx][0] == pytest.approx(used_frac, nan_ok=True)
+    donor = next(a.name for a in c.caps.lc_apps if a.name != "nginx")
+    step = parties_caps.step(Resource.MEM)
+    more = fair.replace_app("nginx", memory_gb=limit_gb + step).replace_app(
+        donor, memory_gb=fair[donor].memory_gb - step
+    )
+    validate_allocation(more, parties_caps)
+    x = c._space.encode_allocation(more)[None, :]
+    assert c._ruled_out_by_rechecks(x)[0] == ruled_out
+    assert c._ruled_out_by_rechecks(c._space.encode_allocation(fair)[None, :])[0]  # fair itself: always
+
+
 @pytest.mark.parametrize(("every", "fails"), [(5, False), (3, True)])
 def test_a_held_allocation_fails_when_too_many_recent_intervals_miss(parties_caps, every, fails):
     """recheck_window_s = 5, recheck_meet_frac = 0.8: more than 1 s of misses in 5 s fails it."""
@@ -729,6 +775,52 @@ def test_repair_candidates_give_the_failing_app_more(parties_caps):
     xi = [a.name for a in parties_caps.lc_apps].index("xapian")
     u0 = space.point_of(best.allocation).units[0, xi]
     assert (cands.units[:, xi, :] >= u0).all() and (cands.units[:, xi, :] > u0).any(axis=1).all()
+
+
+@pytest.mark.parametrize(
+    ("centres", "fair_exhausted", "next_region"), [(1, False, False), (2, False, True), (2, True, False)]
+)
+def test_a_trust_region_wholly_ruled_out_moves_to_the_next_ranked_sample(
+    parties_caps, monkeypatch, centres, fair_exhausted, next_region
+):
+    """When every candidate around the best sample is ruled out (failed rechecks, capacity floors),
+    the region around the next ranked sample is tried (`local_centres`) before random points from the
+    whole space: on settle-mix5 a search whose region was all ruled out inside the judged window
+    sampled NGINX on 1 core and 1 way (10x its target). A region with no move left at all (the
+    repair has given the failing apps everything) still goes to the whole space."""
+    cfg = dataclasses.replace(SM, trust_init=0.1, max_samples_without_qos=10, local_centres=centres)
+    c, feed = _ctrl(parties_caps, cfg), Feed(parties_caps)
+    _run_samples(c, feed, [({"xapian": 1.3}, 0.2), ({"xapian": 1.5}, 0.1)])
+    fair, be_min = c.samples
+    assert c.best is fair  # closest to QoS; be_minimum is ranked second
+    tried: list[int] = []  # the centres whose regions were built, in order
+    fresh = {"fair": False}  # fair's region was just built: the next `_allowed` call filters it
+    local, allowed = c._local_candidates, c._allowed
+
+    def recording_local(s, qos_met):
+        tried.append(s.index)
+        if s is fair and fair_exhausted:
+            return None
+        fresh["fair"] = s is fair
+        return local(s, qos_met)
+
+    def none_around_fair(cands):  # everything in fair's region is ruled out (not the random points)
+        if fresh.pop("fair", False):
+            return cands.take(np.array([], dtype=int))
+        return allowed(cands)
+
+    monkeypatch.setattr(c, "_local_candidates", recording_local)
+    monkeypatch.setattr(c, "_allowed", none_around_fair)
+    cands = c._candidates()
+    assert len(cands) > 0
+    space = _space(parties_caps, cfg)
+    xi = [a.name for a in parties_caps.lc_apps].index("xapian")
+    u0 = space.point_of(be_min.allocation).units[0, xi]
+    in_be_min_region = (cands.units[:, xi, :] >= u0).all(axis=1) & (cands.units[:, xi, :] > u0).any(axis=1)
+    if next_region:  # the repair region around be_minimum, the next ranked sample
+        assert tried == [fair.index, be_min.index] and in_be_min_region.all()
+    else:  # random points from the whole space
+        assert tried == [fair.index] and not in_be_min_region.all()
 
 
 @pytest.mark.parametrize("closest_by", ["model", "measured"])
