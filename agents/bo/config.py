@@ -65,6 +65,9 @@ class BoConfig:
     # trust-region centres tried in rank order when every candidate around the best sample is ruled
     # out (failed rechecks, capacity floors), before random points from the whole space
     local_centres: int = 1
+    # holding: the held allocation fails once its last recheck_window_s of requests has headroom
+    # below this (None: qos_margin_log, a sample's margin; agents.bo.controller, choice 5)
+    recheck_margin_log: float | None = None
     # candidate set for the acquisition optimiser
     random_candidates: int = 512
     dirichlet_alpha: float = 1.0  # 1 = uniform over each resource's simplex of shares
@@ -154,6 +157,10 @@ class BoConfig:
             raise ConfigError("bo: need 1 <= max_samples <= max_samples_without_qos")
         if self.random_candidates < 0 or self.neighbour_centres < 0:
             raise ConfigError("bo.random_candidates and bo.neighbour_centres must be >= 0")
+        if self.recheck_margin_log is not None and not 0 <= self.recheck_margin_log <= self.qos_margin_log:
+            raise ConfigError(
+                "bo.recheck_margin_log must be in [0, qos_margin_log] (or null: qos_margin_log)"
+            )
         if self.local_centres < 1:
             raise ConfigError(
                 "bo.local_centres must be >= 1 (the best sample's region is always tried first)"

@@ -70,6 +70,9 @@ def test_default_config_loads_strictly(tmp_path):
     bad.write_text("resources: [core, gpu]\n")
     with pytest.raises(ConfigError, match="resources"):
         load_bo_config(bad)
+    bad.write_text("qos_margin_log: 0.1\nrecheck_margin_log: 0.2\n")
+    with pytest.raises(ConfigError, match="recheck_margin_log"):
+        load_bo_config(bad)
     bad.write_text("local_centres: 0\n")
     with pytest.raises(ConfigError, match="local_centres"):
         load_bo_config(bad)
@@ -603,6 +606,24 @@ def test_a_held_allocation_fails_when_its_recent_window_p99_misses(parties_caps,
     assert lost_at == (10 if fails else None)
 
 
+@pytest.mark.parametrize(("recheck_margin", "fails"), [(None, True), (0.05, False)])
+def test_a_held_allocation_is_rechecked_against_its_own_margin(parties_caps, recheck_margin, fails):
+    """A sample must show headroom >= qos_margin_log (0.1: p99 <= 0.905 x target); a held allocation
+    fails its recheck below recheck_margin_log (0.05: p99 above 0.95 x target, PARTIES' upsize
+    trigger), or below qos_margin_log when that is unset. Memcached's last 5 s of requests all at
+    0.93 x its target: the referee would pass them, a recheck at the sample's margin fails them."""
+    cfg = dataclasses.replace(SM, recheck_window_s=5.0, qos_margin_log=0.1, recheck_margin_log=recheck_margin)
+    c, feed = _ctrl(parties_caps, cfg), Feed(parties_caps)
+    _, current = _run_samples(c, feed, [(1.5, 0.3), (0.5, 0.05)])
+    held, lost_at = c.held, None
+    for k in range(1, 31):
+        c.decide(_with_histograms(feed.obs(current), {}, at={"memcached": 0.93}))
+        if c.held is not held:
+            lost_at = k
+            break
+    assert lost_at == (10 if fails else None)  # the 5 s window is full after 10 intervals
+
+
 def test_a_load_shift_restarts_the_search_from_the_previous_best(parties_caps):
     c, feed = _ctrl(parties_caps), Feed(parties_caps)
     _, current = _run_samples(c, feed, [(1.5, 0.3), (0.5, 0.05)])
@@ -621,13 +642,17 @@ def test_a_load_shift_restarts_the_search_from_the_previous_best(parties_caps):
     assert "settling probe:previous-best" in c.decide(feed.obs(best.allocation, load=0.6)).reason
 
 
-def _with_histograms(obs: Observation, n_over: dict[str, int], n: int = 200) -> Observation:
-    """`obs` with each LC app's interval made of `n` requests at 0.5 x its target, `n_over[app]` of
-    them at 1.5 x instead; its p99 is the interval's (the order statistic ceil(0.99 n))."""
+def _with_histograms(
+    obs: Observation, n_over: dict[str, int], n: int = 200, at: dict[str, float] | None = None
+) -> Observation:
+    """`obs` with each LC app's interval made of `n` requests at `at[app]` (default 0.5) x its
+    target, `n_over[app]` of them at 1.5 x instead; its p99 is the interval's (the order statistic
+    ceil(0.99 n))."""
     apps = []
     for a in obs.apps:
         k = n_over.get(a.name, 0)
-        values = np.r_[np.full(n - k, 0.5 * a.target_us), np.full(k, 1.5 * a.target_us)]
+        base = (at or {}).get(a.name, 0.5)
+        values = np.r_[np.full(n - k, base * a.target_us), np.full(k, 1.5 * a.target_us)]
         p99 = float(np.sort(values)[math.ceil(0.99 * n) - 1])
         apps.append(
             dataclasses.replace(a, p99_us=p99, requests=n, histogram=LatencyHistogram.of_values_us(values))
