@@ -25,6 +25,8 @@ from env.types import (
     N_MOVES,
     POOL_FIELD,
     Allocation,
+    AppAlloc,
+    AppSample,
     Capabilities,
     Direction,
     Move,
@@ -41,18 +43,25 @@ PRESSURE_FRAC = 0.9
 SPARE_FRAC = 0.25
 
 
+def storage_share(s: AppSample, a: AppAlloc, res: Resource) -> float:
+    """The share of its memory limit / disk-bandwidth limit (`a`'s) the app used in sample `s`:
+    NaN where the sample reports no such use, 0 without a limit."""
+    used, limit = (
+        (s.usage.memory_gb, a.memory_gb) if res is Resource.MEM else (s.usage.disk_mbps, a.disk_mbps)
+    )
+    if not math.isfinite(used):
+        return math.nan
+    return used / limit if limit > 0 else 0.0
+
+
 def storage_use(obs: Observation, alloc: Allocation, app: str, res: Resource) -> float:
     """The share of its memory limit / disk-bandwidth limit the app used in the last interval
-    (0 without a limit or a valid sample)."""
+    (0 without a limit, a valid sample or a reported use)."""
     s = next((x for x in obs.apps if x.name == app), None)
     if s is None or not s.valid:
         return 0.0
-    used, limit = (
-        (s.usage.memory_gb, alloc[app].memory_gb)
-        if res is Resource.MEM
-        else (s.usage.disk_mbps, alloc[app].disk_mbps)
-    )
-    return used / limit if limit > 0 and math.isfinite(used) else 0.0
+    share = storage_share(s, alloc[app], res)
+    return share if math.isfinite(share) else 0.0
 
 
 @dataclass(frozen=True)

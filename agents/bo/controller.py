@@ -167,7 +167,7 @@ from env.config import ConfigError
 from env.controller import BaseController, ControllerContext
 from env.histogram import LatencyHistogram, merge
 from env.metrics import TAIL_Q, allowed_over
-from env.moves import PRESSURE_FRAC, adjust_network, storage_use
+from env.moves import PRESSURE_FRAC, adjust_network, storage_share
 from env.types import (
     Allocation,
     AllocationError,
@@ -212,7 +212,7 @@ class Sample:
     cpu_s_per_request: tuple[float, ...] = ()
     freq_mhz: tuple[float, ...] = ()
     # each LC app's largest share of its memory limit and of its disk-bandwidth limit used in a
-    # measured interval (`env.moves.storage_use`); a failed recheck's basis for which of them could
+    # measured interval (`env.moves.storage_share`); a failed recheck's basis for which of them could
     # have helped the app (choice 8)
     storage_use: tuple[tuple[float, float], ...] = ()
 
@@ -536,11 +536,8 @@ class BoController(BaseController):
             mhz = s.usage.freq_mhz if s.usage.freq_mhz > 0 else float(a.freq_mhz)
             freq.append(mhz if usable else math.nan)
             # the share of its memory / disk limit used (NaN where the node reports no such usage)
-            mem, disk = (
-                storage_use(obs, obs.allocation, name, r) if math.isfinite(used) else math.nan
-                for r, used in ((Resource.MEM, s.usage.memory_gb), (Resource.DISK, s.usage.disk_mbps))
-            )
-            storage.append((mem, disk))
+            # (decide() passes only observations whose every sample is valid)
+            storage.append((storage_share(s, a, Resource.MEM), storage_share(s, a, Resource.DISK)))
         window.cpu_s.append(cpu)
         window.storage.append(storage)
         window.served.append(served)

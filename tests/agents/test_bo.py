@@ -61,21 +61,16 @@ def test_default_config_loads_strictly(tmp_path):
     assert cfg == load_bo_config(CONFIGS / "agents" / "bo.yaml")
     assert set(cfg.resources) == {"core", "cache", "freq", "mem", "disk"}
     bad = tmp_path / "bad.yaml"
-    bad.write_text("max_sample: 3\n")
-    with pytest.raises(ConfigError, match="did you mean 'max_samples'"):
-        load_bo_config(bad)
-    bad.write_text("max_samples: 40\nmax_samples_without_qos: 30\n")
-    with pytest.raises(ConfigError, match="max_samples"):
-        load_bo_config(bad)
-    bad.write_text("resources: [core, gpu]\n")
-    with pytest.raises(ConfigError, match="resources"):
-        load_bo_config(bad)
-    bad.write_text("qos_margin_log: 0.1\nrecheck_margin_log: 0.2\n")
-    with pytest.raises(ConfigError, match="recheck_margin_log"):
-        load_bo_config(bad)
-    bad.write_text("local_centres: 0\n")
-    with pytest.raises(ConfigError, match="local_centres"):
-        load_bo_config(bad)
+    for text, match in [
+        ("max_sample: 3\n", "did you mean 'max_samples'"),
+        ("max_samples: 40\nmax_samples_without_qos: 30\n", "max_samples"),
+        ("resources: [core, gpu]\n", "resources"),
+        ("qos_margin_log: 0.1\nrecheck_margin_log: 0.2\n", "recheck_margin_log"),
+        ("local_centres: 0\n", "local_centres"),
+    ]:
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=match):
+            load_bo_config(bad)
     with pytest.raises(ConfigError, match="no such file"):
         load_bo_config(tmp_path / "missing.yaml")
     assert load_bo_config("bo") == cfg  # by name, from configs/agents/
