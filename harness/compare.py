@@ -83,11 +83,42 @@ def allocation_table(results: list[dict[str, Any]], controllers: Sequence[str]) 
     return "\n".join(lines)
 
 
+def search_table(results: list[dict[str, Any]], controllers: Sequence[str]) -> str | None:
+    """Markdown table of what the searching controllers' searches cost (CLITE's measure, Sec. 5:
+    samples until a configuration meets every QoS target): per controller that reports searches in
+    its `run_stats` (`controller_stats.searches`, each with `first_qos_sample`, None when the search
+    found none), the searches that found a QoS-meeting sample of all its seeds' searches, and the
+    samples to the first one (median, most). None when no controller reports searches."""
+    lines = []
+    for c in controllers:
+        searches = [
+            s
+            for r in results
+            if r["controller"] == c
+            for s in (r.get("controller_stats") or {}).get("searches", [])
+        ]
+        if not searches:
+            continue
+        firsts = [s["first_qos_sample"] for s in searches if s.get("first_qos_sample") is not None]
+        cost = f"{float(np.median(firsts)):g} | {max(firsts)}" if firsts else "- | -"
+        lines.append(f"| {c} | {len(firsts)} of {len(searches)} | {cost} |")
+    if not lines:
+        return None
+    head = "| controller | searches finding QoS | samples to QoS (median) | samples to QoS (most) |"
+    return "\n".join([head, "|---|---|---|---|", *lines])
+
+
 def _tables(results: list[dict[str, Any]], controllers: Sequence[str]) -> str:
+    searches = search_table(results, controllers)
+    cost = (
+        ""
+        if searches is None
+        else f"\nSearches (one per start or load shift; a sample is one allocation measured):\n\n{searches}\n"
+    )
     return (
         f"{summary_table(results, controllers)}\n\nResources held, mean over the measured intervals "
         f"(cores / LLC ways / GHz; apps sharing a core group each count its cores):\n\n"
-        f"{allocation_table(results, controllers)}\n"
+        f"{allocation_table(results, controllers)}\n{cost}"
     )
 
 
@@ -239,6 +270,9 @@ def compare(
         argv=argv,
     )
     print(summary_table(results, specs))
+    searches = search_table(results, specs)
+    if searches is not None:
+        print(f"\n{searches}")
     print(f"wrote {out}/")
     return results
 

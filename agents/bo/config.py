@@ -65,6 +65,10 @@ class BoConfig:
     # trust-region centres tried in rank order when every candidate around the best sample is ruled
     # out (failed rechecks, capacity floors), before random points from the whole space
     local_centres: int = 1
+    # repair region (no QoS-meeting sample): the apps given more are those whose headroom misses at
+    # its centre and (True) every app that missed in a measurement of the centre or for which a
+    # failed recheck rules it out (agents.bo.controller, choice 10)
+    repair_measured: bool = False
     # holding: the held allocation fails once its last recheck_window_s of requests has headroom
     # below this (None: qos_margin_log, a sample's margin; agents.bo.controller, choice 5)
     recheck_margin_log: float | None = None

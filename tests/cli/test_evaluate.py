@@ -52,6 +52,29 @@ def leftovers(parent: Path, name: str) -> list[Path]:
     return [p for p in parent.iterdir() if p.name.startswith(name) or p.name.startswith(f".{name}")]
 
 
+def test_search_table_reports_samples_to_qos_of_every_search():
+    """The search-cost table (CLITE's measure): per controller reporting searches, the searches
+    that found a QoS-meeting sample and the samples to the first (median, most); controllers that
+    report none are left out, and with none at all there is no table."""
+
+    def row(controller, firsts):
+        searches = [{"samples": 9, "first_qos_sample": f} for f in firsts]
+        return {"controller": controller, "controller_stats": {"searches": searches}}
+
+    results = [
+        row("bo", [2, None]),
+        row("bo", [5]),
+        row("bo:other.yaml", [None]),
+        {"controller": "static"},
+        {"controller": "parties", "controller_stats": {}},
+    ]
+    table = compare.search_table(results, ["static", "bo", "bo:other.yaml", "parties"])
+    assert table is not None
+    lines = table.splitlines()
+    assert lines[2:] == ["| bo | 2 of 3 | 3.5 | 5 |", "| bo:other.yaml | 0 of 1 | - | - |"]
+    assert compare.search_table(results[3:], ["static", "parties"]) is None
+
+
 def test_compare_writes_summary_table_config_and_records(tmp_path, capsys):
     scn = write_scenario(tmp_path)
     out = tmp_path / "cmp"
