@@ -84,7 +84,7 @@ def allocation_table(results: list[dict[str, Any]], controllers: Sequence[str]) 
 
 
 def search_table(results: list[dict[str, Any]], controllers: Sequence[str]) -> str | None:
-    """Markdown table of what the searching controllers' searches cost (CLITE's measure, Sec. 5:
+    """Markdown table of what the searching controllers' searches cost (CLITE's measure of a search:
     samples until a configuration meets every QoS target): per controller that reports searches in
     its `run_stats` (`controller_stats.searches`, each with `first_qos_sample`, None when the search
     found none), the searches that found a QoS-meeting sample of all its seeds' searches, and the
