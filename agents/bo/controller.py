@@ -902,14 +902,12 @@ class BoController(BaseController):
         """The LC apps (positions) to repair at sample `s`: those whose headroom misses
         (`_headroom_of`), and with `repair_measured` also every app that missed in a measurement of
         `s`'s allocation (a recheck against its own margin) or for which a failed recheck rules the
-        allocation out (choice 8); module docstring, choice 10."""
-        space = self._space
-        assert space is not None
-        failing = {p for p, h in enumerate(self._headroom_of(s)) if h < self.cfg.qos_margin_log}
+        allocation out (choice 8; which covers its own failed rechecks); module docstring, choice 10."""
+        margin = self.cfg.qos_margin_log
+        failing = {p for p, h in enumerate(self._headroom_of(s)) if h < margin}
         if self.cfg.repair_measured:
             for m in self._cur:
-                if m.x == s.x:
-                    margin = self._recheck_margin if m.label == RECHECK else self.cfg.qos_margin_log
+                if m.x == s.x and m.label != RECHECK:
                     failing.update(p for p, h in enumerate(m.headroom) if h < margin)
             failing.update(int(p) for p in np.flatnonzero(self._recheck_failures(np.array([s.x]))[0]))
         return sorted(failing)
