@@ -19,9 +19,11 @@ Per interval, per node:
    goes by runnable thread, unless a workload of the group has CFS shares (`cpu.shares`): then the
    group's hardware threads are split by weighted max-min over its workloads (weight = shares, the
    kernel's 1024 where unset), each capped by its runnable threads. Antagonists
-   pinned to an app's own hyperthreads (PARTIES Table 3 "hyperthread") halve its speed and always
-   make it wait; on the sibling hyperthreads ("CPU") they force the SMT speed. On a quota-mode
-   platform nothing pins a thread to a core, so a waking thread also waits whenever the other
+   pinned to an app's own hyperthreads (PARTIES Table 3 "hyperthread") halve its hardware threads
+   (its capacity) and always make a waking request wait, but a request in service runs at full
+   speed (CFS would halve that too: measured with and without, README "Sphinx beside the
+   hyperthread antagonist"); on the sibling hyperthreads ("CPU") they force the SMT speed. On a
+   quota-mode platform nothing pins a thread to a core, so a waking thread also waits whenever the other
    workloads' runnable threads hold every CPU: with probability n_other - (cores - 1), clipped.
    A batch co-runner whose CFS quota binds is throttled for the rest of each period and its
    threads resume together at the next one (Linux sched-bwc.rst), each preempting what it finds
