@@ -6,7 +6,7 @@ Writes `DIR/calibration.json`, `DIR/calibration.md` and plots:
   deployment. Its max load is found by bisection on the 1-minute p99 (paper: 100%); it must meet its
   target at 100% of max load and miss it at 120%. Plot: p99/target vs load with the knee.
 * `parties_table4`: the app on 8 cores beside each Table 3 antagonist; max load in 10% steps (54
-  cells). Goal: MAE <= 10 points, no cell off by more than 30.
+  cells). Goal: MAE <= 10 points, every cell off by less than 30 (three 10% steps).
 * `coco_table1` (CoCo platform): load retainment under 9/6/3-way CAT masks and MBA 80..20%.
   Goal: every cell within 10 points.
 * `facts`: the qualitative facts of PARTIES (fungibility, MongoDB's memory/disk trade, network as a
@@ -58,7 +58,7 @@ from env.sim.traces import MAX_LOAD_MULTIPLE
 
 APPS = ("memcached", "xapian", "nginx", "moses", "mongodb", "sphinx")
 GOALS = {
-    "parties_table4": {"mae_pts": 10.0, "max_abs_err_pts": 30.0},
+    "parties_table4": {"mae_pts": 10.0, "max_abs_err_pts_below": 30.0},
     "coco_table1": {"max_abs_err_pts": 10.0},
 }
 
@@ -499,8 +499,9 @@ def goals_met(report: dict) -> dict[str, bool]:
     t2 = report["parties_table2"]["qos"]
     out = {
         "parties_table2": all(v["meets_at_100"] and v["misses_at_120"] for v in t2.values()),
-        "parties_table4": t4["mae_pts"] <= 10.0 and t4["max_abs_err_pts"] <= 30.0,
-        "coco_table1": cc["max_abs_err_pts"] <= 10.0,
+        "parties_table4": t4["mae_pts"] <= GOALS["parties_table4"]["mae_pts"]
+        and t4["max_abs_err_pts"] < GOALS["parties_table4"]["max_abs_err_pts_below"],
+        "coco_table1": cc["max_abs_err_pts"] <= GOALS["coco_table1"]["max_abs_err_pts"],
         "facts": all(f["holds"] for f in report["facts"]),
     }
     for k in FIGURE_SECTIONS:
@@ -525,7 +526,7 @@ def markdown(report: dict) -> str:
         f"| PARTIES Table 2: alone, meets at 100% and misses at 120% | see below | all apps | {'yes' if g['parties_table2'] else 'NO'} |"
     )
     L.append(
-        f"| PARTIES Table 4 | MAE {t4['mae_pts']:.1f} pts, max {t4['max_abs_err_pts']:.0f} | MAE <= 10, max <= 30 | {'yes' if g['parties_table4'] else 'NO'} |"
+        f"| PARTIES Table 4 | MAE {t4['mae_pts']:.1f} pts, max {t4['max_abs_err_pts']:.0f} | MAE <= 10, max < 30 | {'yes' if g['parties_table4'] else 'NO'} |"
     )
     L.append(
         f"| CoCo Table 1 | MAE {cc['mae_pts']:.1f} pts, max {cc['max_abs_err_pts']:.1f} | every cell within 10 | {'yes' if g['coco_table1'] else 'NO'} |"

@@ -134,3 +134,24 @@ def test_each_qos_target_is_the_p99_at_the_knee():
     """Sec. 3.2 / Fig. 1: the QoS target is the p99 at the knee and max load the RPS there, so alone
     at max load every app's window p99 is near its target (at least half of it)."""
     _check(C.fact_target_at_knee(seed=0))
+
+
+@pytest.mark.parametrize(("max_err", "met"), [(20.0, True), (29.9, True), (30.0, False), (40.0, False)])
+def test_table4_goal_needs_every_cell_under_30_points(max_err, met):
+    """The report's Table 4 verdict: MAE <= 10 and the largest cell under 30 points (30 itself, three
+    10% steps off, misses); CoCo Table 1's: every cell within 10."""
+    report = {
+        "parties_table2": {"qos": {"memcached": {"meets_at_100": True, "misses_at_120": True}}},
+        "parties_table4": {"mae_pts": 5.9, "max_abs_err_pts": max_err},
+        "coco_table1": {"mae_pts": 4.7, "max_abs_err_pts": 10.0},
+        "facts": [],
+    }
+    g = C.goals_met(report)
+    assert g["parties_table4"] is met
+    assert g["coco_table1"] is True
+    assert (
+        C.goals_met({**report, "parties_table4": {"mae_pts": 10.1, "max_abs_err_pts": 20.0}})[
+            "parties_table4"
+        ]
+        is False
+    )
