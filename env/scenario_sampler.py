@@ -9,6 +9,9 @@
    kind uniformly from `trace_kinds`, shaped over the episode (below); when the peaks add up to
    more than `max_total_load` every load is scaled down to that total, so most episodes have an
    allocation that meets every target (PARTIES' LC EMU tops out near 200-250%, Fig. 7); with
+   `total_load_min` that cap is itself drawn per episode, uniform in `[total_load_min,
+   max_total_load]`, so large mixes also run at a modest total (five apps at 10-15% each, as in
+   PARTIES' Fig. 6 mixes, where uniform peaks alone almost always add up past the cap); with
    `primary_load` one app of the mix (uniformly) is the *primary*: its peak is drawn from that
    range instead and left unscaled, and only the others are scaled, to what is left of the total
    (PARTIES Sec. 5.2.1, Fig. 5-6: an app near its max load beside co-runners at a modest fraction
@@ -88,6 +91,7 @@ class SamplerConfig:
     load_min: float = 0.05
     load_max: float = 0.9
     max_total_load: float = 2.5
+    total_load_min: float | None = None  # the cap drawn per episode from [this, max_total_load]
     primary_load: tuple[float, float] | None = None  # one app's peak from this range, unscaled
     be_jobs: tuple[str, ...] = ("be_parties",)
     be_probability: float = 0.9
@@ -119,6 +123,12 @@ class SamplerConfig:
             raise ConfigError(f"{where}: need 0 < load_min <= load_max <= 5")
         if self.max_total_load < self.load_min:
             raise ConfigError(f"{where}.max_total_load must be >= load_min")
+        if self.total_load_min is not None and not (
+            self.load_min <= self.total_load_min <= self.max_total_load
+        ):
+            raise ConfigError(
+                f"{where}.total_load_min: need load_min <= total_load_min <= max_total_load, got {self.total_load_min}"
+            )
         if self.primary_load is not None:
             lo, hi = self.primary_load
             if not (0 < lo <= hi <= 5.0):
@@ -199,13 +209,16 @@ class ScenarioSampler:
         duration = float(rng.uniform(*c.duration_s)) if c.duration_s[1] > c.duration_s[0] else c.duration_s[0]
         duration = round(duration, 1)
         peaks = rng.uniform(c.load_min, c.load_max, size=n)
-        scales = np.full(n, min(1.0, c.max_total_load / float(peaks.sum())))
+        cap = c.max_total_load
+        if c.total_load_min is not None:  # drawn only then: a config without it draws what it drew
+            cap = float(rng.uniform(c.total_load_min, c.max_total_load))
+        scales = np.full(n, min(1.0, cap / float(peaks.sum())))
         primary = None
         if c.primary_load is not None:  # drawn only then: a config without it draws what it drew
             primary = int(rng.integers(n))
             peaks[primary] = rng.uniform(*c.primary_load)
             others = float(peaks.sum() - peaks[primary])
-            room = max(c.max_total_load - peaks[primary], c.load_min * (n - 1))
+            room = max(cap - peaks[primary], c.load_min * (n - 1))
             scales[:] = min(1.0, room / others) if others > 0.0 else 1.0
             scales[primary] = 1.0
         apps = []

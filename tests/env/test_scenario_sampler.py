@@ -185,6 +185,33 @@ def test_a_primary_app_runs_near_its_max_load_beside_modest_co_runners():
         SamplerConfig(primary_load=(0.9, 0.8))
 
 
+def test_a_drawn_total_load_cap_runs_large_mixes_at_modest_totals():
+    """With `total_load_min` the cap on a mix's summed peaks is drawn per episode, so five- and six-app
+    mixes also run at the modest totals of PARTIES Fig. 6's co-runners (about 10% each); without it
+    their uniform peaks nearly always add up past the cap."""
+
+    def big_mix_totals(cfg: SamplerConfig) -> np.ndarray:
+        rng = np.random.default_rng(5)
+        sampler = ScenarioSampler(cfg)
+        out = []
+        for _ in range(600):
+            s = sampler.sample(rng)
+            if len(s.apps) >= 5:
+                out.append(sum(tr.build(np.random.default_rng(0)).values(np.zeros(1))[0] for tr in s.traces))
+        return np.array(out)
+
+    base = {"trace_kinds": ("constant",), "max_total_load": 1.4}
+    fixed = big_mix_totals(SamplerConfig(**base))
+    drawn = big_mix_totals(SamplerConfig(**base, total_load_min=0.5))
+    assert len(fixed) > 50 and len(drawn) > 50
+    assert (fixed < 0.8).mean() < 0.02 and fixed.max() <= 1.4 + 1e-3
+    assert (drawn < 0.8).mean() > 0.15 and drawn.min() >= 0.5 - 1e-3 and drawn.max() <= 1.4 + 1e-3
+    assert _first_draws(ScenarioSampler(SamplerConfig(total_load_min=None))) == DEFAULT_DRAWS_RNG3
+    for bad in (0.01, 1.5):
+        with pytest.raises(ConfigError, match="total_load_min"):
+            SamplerConfig(max_total_load=1.4, total_load_min=bad)
+
+
 @pytest.mark.parametrize(
     ("also", "match"),
     [
