@@ -10,8 +10,8 @@
    more than `max_total_load` every load is scaled down to that total, so most episodes have an
    allocation that meets every target (PARTIES' LC EMU tops out near 200-250%, Fig. 7); with
    `total_load_min` that cap is itself drawn per episode, uniform in `[total_load_min,
-   max_total_load]`, so large mixes also run at a modest total (five apps at 10-15% each, as in
-   PARTIES' Fig. 6 mixes, where uniform peaks alone almost always add up past the cap); with
+   max_total_load]`, so large mixes also run at a modest total (e.g. five apps at 10-15% of their
+   max loads each, where five uniform peaks almost always add up past a fixed cap); with
    `primary_load` one app of the mix (uniformly) is the *primary*: its peak is drawn from that
    range instead and left unscaled, and only the others are scaled, to what is left of the total
    (PARTIES Sec. 5.2.1, Fig. 5-6: an app near its max load beside co-runners at a modest fraction
